@@ -1,0 +1,46 @@
+// Agreement checks over MPI: min and max of a value across ranks must be equal.
+#include "distributed/agreement.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "distributed/errors.h"
+#include "distributed/process_context.h"
+#include "distributed/watchdog.h"
+
+namespace tessera::distributed {
+
+uint64_t fingerprint(const std::string& text) {
+  constexpr uint64_t kOffset = 1469598103934665603ull;  // FNV-1a 64-bit offset basis
+  constexpr uint64_t kPrime = 1099511628211ull;         // FNV-1a 64-bit prime
+  uint64_t hash = kOffset;
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= kPrime;
+  }
+  return hash;
+}
+
+void check_same_on_all_ranks(ProcessContext& context, uint64_t value, const std::string& what) {
+  uint64_t extremes[2] = {value, ~value};  // min of value and min of ~value (= ~max)
+  {
+    Watchdog::Scope watch(context.watchdog(), "agreement check: " + what);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_UINT64_T, MPI_MIN, context.world()));
+  }
+  const uint64_t low = extremes[0], high = ~extremes[1];
+  if (low != high) {
+    std::ostringstream out;
+    out << "ranks disagree on " << what << ": values range from " << std::hex << low << " to "
+        << high << " (this rank: " << value << ")";
+    throw UserError(out.str());
+  }
+}
+
+void check_same_on_all_ranks(ProcessContext& context, double value, const std::string& what) {
+  uint64_t bits = 0;
+  static_assert(sizeof(bits) == sizeof(value));
+  std::memcpy(&bits, &value, sizeof(bits));
+  check_same_on_all_ranks(context, bits, what);
+}
+
+}  // namespace tessera::distributed

@@ -1,0 +1,81 @@
+// Backend-independent parts of the Communicator: names, argument checks and the factory that
+// picks MPI or NCCL from the device and the `distributed.backend` setting.
+#include "distributed/communicator.h"
+
+#include "distributed/errors.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/process_context.h"
+
+#ifdef TESSERA_WITH_NCCL
+#include "distributed/nccl_communicator.h"
+#endif
+
+namespace tessera::distributed {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+const char* to_string(Backend backend) { return backend == Backend::Mpi ? "mpi" : "nccl"; }
+
+void Communicator::check_tensor(const torch::Tensor& tensor, const char* what) const {
+  if (!tensor.defined()) throw UserError(std::string(what) + ": tensor is undefined");
+  if (tensor.device().type() != device().type())
+    throw UserError(std::string(what) + ": the " + to_string(backend()) +
+                    " communicator takes " + device().str() + " tensors, got one on " +
+                    tensor.device().str());
+  switch (tensor.scalar_type()) {
+    case torch::kFloat32: case torch::kFloat64: case torch::kBFloat16: case torch::kFloat16:
+    case torch::kInt32: case torch::kInt64: case torch::kUInt8:
+      return;
+    default:
+      throw UserError(std::string(what) + ": dtype " + c10::toString(tensor.scalar_type()) +
+                      " is not supported (float32, float64, bfloat16, float16, int32, int64, uint8)");
+  }
+}
+
+bool nccl_available() {
+#ifdef TESSERA_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string nccl_version() {
+#ifdef TESSERA_WITH_NCCL
+  return nccl_library_version();
+#else
+  return "none";
+#endif
+}
+
+std::unique_ptr<Communicator> make_communicator(ProcessContext& context, const std::string& backend,
+                                                torch::Device device) {
+  if (backend != "auto" && backend != "mpi" && backend != "nccl")
+    throw UserError("unknown distributed backend '" + backend + "' (known: auto, mpi, nccl)");
+  const bool want_nccl = backend == "nccl" || (backend == "auto" && device.is_cuda());
+  if (!want_nccl) {
+    if (device.is_cuda())
+      throw UserError("the mpi backend serves CPU tensors only; use distributed.backend = "
+                      "\"auto\" or \"nccl\" for " + device.str());
+    return std::make_unique<MpiCommunicator>(context);
+  }
+#ifdef TESSERA_WITH_NCCL
+  if (!device.is_cuda())
+    throw UserError("the nccl backend needs a CUDA device, got " + device.str() +
+                    "; use distributed.backend = \"auto\" or \"mpi\"");
+  return std::make_unique<NcclCommunicator>(context, device.index());
+#else
+  throw UserError("distributed.backend = \"nccl\" but this build has no NCCL; rebuild with the "
+                  "CUDA toolkit present, or use \"mpi\"");
+#endif
+}
+
+}  // namespace tessera::distributed

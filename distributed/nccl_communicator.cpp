@@ -1,0 +1,326 @@
+// NcclCommunicator: collectives on CUDA tensors with NCCL, enqueued on the current stream and
+// followed by the watchdog; variable-size collectives agree on counts over MPI first.
+#include "distributed/nccl_communicator.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <exception>
+#include <numeric>
+
+#include "distributed/errors.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/watchdog.h"
+
+namespace tessera {
+namespace detail {
+void throw_nccl_error(int code, void* comm, const char* expr, const char* file, int line) {
+  if (comm != nullptr) ncclCommAbort(static_cast<ncclComm_t>(comm));
+  throw DistributedError("rank " + std::to_string(error_rank()) + ": " + expr + " failed at " +
+                         file + ":" + std::to_string(line) + ": NCCL error " +
+                         std::to_string(code) + " (" +
+                         ncclGetErrorString(static_cast<ncclResult_t>(code)) + ")");
+}
+}  // namespace detail
+}  // namespace tessera
+
+namespace tessera::distributed {
+
+namespace {
+
+ncclDataType_t nccl_dtype(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return ncclFloat32;
+    case torch::kFloat64: return ncclFloat64;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kFloat16: return ncclFloat16;
+    case torch::kInt32: return ncclInt32;
+    case torch::kInt64: return ncclInt64;
+    case torch::kUInt8: return ncclUint8;
+    default: throw UserError(std::string("NCCL: unsupported dtype ") + c10::toString(dtype));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return ncclSum;  // Avg divides afterwards, exactly as the MPI backend
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+void finish_avg(torch::Tensor& t, ReduceOp op, int size) {
+  if (op != ReduceOp::Avg) return;
+  if (c10::isIntegralType(t.scalar_type(), false))
+    t.div_(size, "trunc");
+  else
+    t.div_(size);
+}
+
+int64_t row_elements(const torch::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+std::string describe(const char* what, const torch::Tensor& t) {
+  return std::string("nccl ") + what + " of " + std::to_string(t.numel() * t.element_size()) +
+         " bytes";
+}
+
+// NCCL enqueues on the stream; the result is ready once the caller's stream reaches it.
+class NcclWork final : public Work {
+ public:
+  NcclWork(torch::Tensor buffer, torch::Tensor target, ReduceOp op, int size)
+      : buffer_(std::move(buffer)), target_(std::move(target)), op_(op), size_(size) {}
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    finish_avg(buffer_, op_, size_);
+    if (!target_.is_same(buffer_)) target_.copy_(buffer_);
+  }
+
+ private:
+  torch::Tensor buffer_, target_;
+  ReduceOp op_;
+  int size_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::string nccl_library_version() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "unknown";
+  // From NCCL 2.9 the code is major*10000 + minor*100 + patch.
+  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+         std::to_string(version % 100);
+}
+
+NcclCommunicator::NcclCommunicator(ProcessContext& context, int device_index)
+    : Communicator(context.rank(), context.size()), context_(context),
+      device_index_(device_index < 0 ? context.cuda_device_index() : device_index) {
+  if (device_index_ < 0)
+    throw UserError("the nccl backend needs a CUDA device, and none is visible to rank " +
+                    std::to_string(rank()));
+  c10::cuda::CUDAGuard guard(device_index_);
+  ncclUniqueId id;
+  if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
+  {
+    Watchdog::Scope watch(context_.watchdog(), "NCCL bootstrap (ncclUniqueId broadcast)");
+    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, context_.world()));
+  }
+  {
+    Watchdog::Scope watch(context_.watchdog(), "ncclCommInitRank");
+    NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()), nullptr);
+  }
+  ncclComm_t comm = comm_;
+  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  hooks_id_ = context_.watchdog().add_hooks(
+      [comm]() -> std::string {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
+            async == ncclInProgress)
+          return {};
+        return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async);
+      },
+      [comm, aborted]() {
+        if (!aborted->exchange(true)) ncclCommAbort(comm);
+      });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  context_.watchdog().remove_hooks(hooks_id_);
+  if (comm_ == nullptr) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding towards a job abort: peers may never finish their part, so do not wait.
+    ncclCommAbort(comm_);
+    return;
+  }
+  c10::cuda::CUDAGuard guard(device_index_);
+  {
+    Watchdog::Scope watch(context_.watchdog(), "NCCL communicator teardown");
+    cudaDeviceSynchronize();
+    ncclCommDestroy(comm_);
+  }
+}
+
+void NcclCommunicator::watch(const std::string& what) {
+  cudaEvent_t event = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(event, at::cuda::getCurrentCUDAStream(device_index_).stream()));
+  std::shared_ptr<void> holder(static_cast<void*>(event), [](void* e) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  });
+  context_.watchdog().start(what, [holder]() {
+    return cudaEventQuery(static_cast<cudaEvent_t>(holder.get())) != cudaErrorNotReady;
+  });
+}
+
+void NcclCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
+  check_tensor(tensor, "allreduce");
+  if (tensor.numel() == 0) return;
+  c10::cuda::CUDAGuard guard(device_index_);
+  torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                           nccl_dtype(buffer.scalar_type()), nccl_op(op), comm_,
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
+             comm_);
+  watch(describe("allreduce", buffer));
+  finish_avg(buffer, op, size());
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+std::unique_ptr<Work> NcclCommunicator::allreduce_async(torch::Tensor tensor, ReduceOp op) {
+  check_tensor(tensor, "allreduce_async");
+  c10::cuda::CUDAGuard guard(device_index_);
+  torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  if (buffer.numel() > 0) {
+    NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                             nccl_dtype(buffer.scalar_type()), nccl_op(op), comm_,
+                             at::cuda::getCurrentCUDAStream(device_index_).stream()),
+               comm_);
+    watch(describe("allreduce_async", buffer));
+  }
+  return std::make_unique<NcclWork>(buffer, tensor, op, size());
+}
+
+void NcclCommunicator::broadcast(torch::Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast");
+  if (root < 0 || root >= size())
+    throw UserError("broadcast: root " + std::to_string(root) + " is not a rank of " +
+                    std::to_string(size()));
+  if (tensor.numel() == 0) return;
+  c10::cuda::CUDAGuard guard(device_index_);
+  torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  NCCL_CHECK(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                           nccl_dtype(buffer.scalar_type()), root, comm_,
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
+             comm_);
+  watch(describe("broadcast", buffer));
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+torch::Tensor NcclCommunicator::allgather(const torch::Tensor& tensor) {
+  check_tensor(tensor, "allgather");
+  c10::cuda::CUDAGuard guard(device_index_);
+  const torch::Tensor input = tensor.contiguous();
+  std::vector<int64_t> shape{size()};
+  shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+  torch::Tensor output = torch::empty(shape, input.options());
+  if (input.numel() == 0) return output;
+  NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
+                           nccl_dtype(input.scalar_type()), comm_,
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
+             comm_);
+  watch(describe("allgather", input));
+  return output;
+}
+
+torch::Tensor NcclCommunicator::allgatherv(const torch::Tensor& tensor) {
+  check_tensor(tensor, "allgatherv");
+  if (tensor.dim() == 0) throw UserError("allgatherv: needs a tensor with a first dimension");
+  c10::cuda::CUDAGuard guard(device_index_);
+  const torch::Tensor input = tensor.contiguous();
+  const int64_t row_elems = row_elements(input);
+  std::vector<int64_t> rows, widths;
+  {
+    Watchdog::Scope watch_counts(context_.watchdog(), "allgatherv counts");
+    rows = allgather_counts(context_.world(), input.size(0));
+    widths = allgather_counts(context_.world(), row_elems);
+  }
+  for (int r = 0; r < size(); ++r)
+    if (widths[r] != row_elems)
+      throw UserError("allgatherv: rank " + std::to_string(r) + " has rows of " +
+                      std::to_string(widths[r]) + " elements, this rank " +
+                      std::to_string(row_elems));
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  shape[0] = total;
+  torch::Tensor output = torch::empty(shape, input.options());
+  if (total == 0 || row_elems == 0) return output;
+  const auto stream = at::cuda::getCurrentCUDAStream(device_index_).stream();
+  const ncclDataType_t dtype = nccl_dtype(input.scalar_type());
+  char* out = static_cast<char*>(output.data_ptr());
+  const int64_t row_bytes = row_elems * input.element_size();
+  NCCL_CHECK(ncclGroupStart(), comm_);
+  int64_t offset = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (rows[r] > 0) {
+      const void* send = r == rank() ? input.data_ptr() : nullptr;
+      NCCL_CHECK(ncclBroadcast(send, out + offset * row_bytes, rows[r] * row_elems, dtype, r,
+                               comm_, stream),
+                 comm_);
+    }
+    offset += rows[r];
+  }
+  NCCL_CHECK(ncclGroupEnd(), comm_);
+  watch(describe("allgatherv", output));
+  return output;
+}
+
+torch::Tensor NcclCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
+                                             const std::vector<int64_t>& send_counts,
+                                             std::vector<int64_t>* recv_counts) {
+  check_tensor(input_tensor, "all_to_all_v");
+  if (input_tensor.dim() == 0)
+    throw UserError("all_to_all_v: needs a tensor with a first dimension");
+  if (static_cast<int>(send_counts.size()) != size())
+    throw UserError("all_to_all_v: " + std::to_string(send_counts.size()) +
+                    " send counts for " + std::to_string(size()) + " ranks");
+  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  if (sent != input_tensor.size(0))
+    throw UserError("all_to_all_v: send counts add up to " + std::to_string(sent) +
+                    " rows but the input has " + std::to_string(input_tensor.size(0)));
+  c10::cuda::CUDAGuard guard(device_index_);
+  const torch::Tensor input = input_tensor.contiguous();
+  std::vector<int64_t> received(size());
+  {
+    Watchdog::Scope watch_counts(context_.watchdog(), "all_to_all_v counts");
+    MPI_CHECK(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, received.data(), 1, MPI_INT64_T,
+                           context_.world()));
+  }
+  if (recv_counts != nullptr) *recv_counts = received;
+  const int64_t total = std::accumulate(received.begin(), received.end(), int64_t{0});
+  const int64_t row_elems = row_elements(input);
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  shape[0] = total;
+  torch::Tensor output = torch::empty(shape, input.options());
+  if (row_elems == 0) return output;
+  const auto stream = at::cuda::getCurrentCUDAStream(device_index_).stream();
+  const ncclDataType_t dtype = nccl_dtype(input.scalar_type());
+  const int64_t row_bytes = row_elems * input.element_size();
+  const char* in = static_cast<const char*>(input.data_ptr());
+  char* out = static_cast<char*>(output.data_ptr());
+  NCCL_CHECK(ncclGroupStart(), comm_);
+  int64_t soff = 0, roff = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (send_counts[r] > 0)
+      NCCL_CHECK(ncclSend(in + soff * row_bytes, send_counts[r] * row_elems, dtype, r, comm_,
+                          stream),
+                 comm_);
+    if (received[r] > 0)
+      NCCL_CHECK(ncclRecv(out + roff * row_bytes, received[r] * row_elems, dtype, r, comm_,
+                          stream),
+                 comm_);
+    soff += send_counts[r];
+    roff += received[r];
+  }
+  NCCL_CHECK(ncclGroupEnd(), comm_);
+  watch(describe("all_to_all_v", output));
+  return output;
+}
+
+void NcclCommunicator::barrier() {
+  // A one-element allreduce, then a wait for it: every rank's stream has reached this point.
+  c10::cuda::CUDAGuard guard(device_index_);
+  torch::Tensor token = torch::zeros({1}, torch::TensorOptions().device(device()));
+  allreduce(token, ReduceOp::Sum);
+  CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream(device_index_).stream()));
+}
+
+}  // namespace tessera::distributed

@@ -1,0 +1,58 @@
+// The control plane: MPI start-up, rank discovery, local rank and device choice, CPU thread share,
+// and whole-job abort (DESIGN.md §1). One per process; the communicators borrow it.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+namespace tessera::distributed {
+
+class Watchdog;
+
+struct ProcessInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // rank among the processes on this node
+  int local_size = 1;  // processes on this node
+  std::string local_rank_source;  // "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID" or "MPI shared-memory split"
+  std::string hostname;
+};
+
+class ProcessContext {
+ public:
+  // Initializes MPI (a plain run without mpirun is a singleton of size 1), installs error
+  // handlers that return codes instead of aborting, and discovers the local rank.
+  // `timeout_s` bounds every collective; past it the job is aborted with exit code 3.
+  ProcessContext(int* argc, char*** argv, double timeout_s);
+  ~ProcessContext();  // finalizes MPI if this object initialized it
+  ProcessContext(const ProcessContext&) = delete;
+  ProcessContext& operator=(const ProcessContext&) = delete;
+
+  const ProcessInfo& info() const { return info_; }
+  int rank() const { return info_.rank; }
+  int size() const { return info_.size; }
+  MPI_Comm world() const { return world_; }
+  double timeout_s() const { return timeout_s_; }
+  Watchdog& watchdog() { return *watchdog_; }
+
+  // The CUDA device for this rank (local_rank modulo visible devices), or -1 without CUDA.
+  int cuda_device_index() const;
+  // Sets torch's intra-op threads: `requested` if > 0, else this node's cores divided by the
+  // ranks on it (at least 1). Returns the count set.
+  int apply_thread_share(int requested) const;
+
+  // Ends every process of the job with `exit_code` after printing `message` tagged with the
+  // rank. Safe to call from any thread; never returns.
+  [[noreturn]] static void abort_job(int exit_code, const std::string& message);
+
+ private:
+  ProcessInfo info_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  double timeout_s_;
+  bool owns_mpi_ = false;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace tessera::distributed

@@ -1,0 +1,234 @@
+// The config schema table (one entry per key) and the helpers that describe and check values.
+// To add a key: add the struct field in config.h and one key(...) entry below; docs follow.
+#include "framework/config_schema.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace tessera::config_schema {
+namespace {
+
+// Room for the longest shortest-round-trip text of a double ("-2.2250738585072014e-308").
+constexpr size_t kDoubleTextBytes = 32;
+// Longest run of steps we accept: far beyond any real run, small enough to catch a typo'd exponent.
+constexpr double kMaxTrainSteps = 1e9;
+// One day: a collective that has not finished by then is a hang, not a slow network.
+constexpr double kMaxCollectiveTimeoutS = 86400.0;
+
+bool is_run_name_char(char ch) {
+  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+         ch == '.' || ch == '_' || ch == '-';
+}
+
+std::string check_run_name(const Value& v) {
+  const std::string& name = std::get<std::string>(v);
+  if (name.empty()) return "it must not be empty";
+  for (char ch : name) {
+    if (!is_run_name_char(ch)) return "use only letters, digits, '.', '_' and '-'";
+  }
+  if (name == "." || name == "..") return "'.' and '..' are not run names";
+  return "";
+}
+
+std::string check_non_empty(const Value& v) {
+  return std::get<std::string>(v).empty() ? "it must not be empty" : "";
+}
+
+// Shortest text that reads back as exactly `x`, e.g. "600", "0.1", "1e-300" (no forced ".0").
+std::string shortest_double(double x) {
+  char buf[kDoubleTextBytes];
+  const auto result = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, result.ptr);
+}
+
+std::string format_bound(const KeySpec& spec, double bound) {
+  if (spec.kind == ValueKind::kInteger) return std::to_string(static_cast<long long>(bound));
+  return shortest_double(bound);
+}
+
+std::string escape_toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\f': out += "\\f"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> kSections = {
+      "run", "data", "model", "train", "sampling", "checkpoint", "snapshot", "eval", "distributed"};
+  return kSections;
+}
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> kSchema = {
+      key("run", "name", [](auto& c) -> auto& { return c.run.name; })
+          .defaults_by("the config file's stem (`run` when there is no file)",
+                       [](const Config&, const DefaultContext& ctx) {
+                         return Value(ctx.file_stem.empty() ? "run" : ctx.file_stem);
+                       })
+          .check("non-empty; only `A-Z a-z 0-9 . _ -`; not `.` or `..`", check_run_name)
+          .doc("Name of the run."),
+      key("run", "out_dir", [](auto& c) -> auto& { return c.run.out_dir; })
+          .defaults_by("`runs/<run.name>`",
+                       [](const Config& c, const DefaultContext&) {
+                         return Value("runs/" + c.run.name);
+                       })
+          .check("non-empty", check_non_empty)
+          .doc("The run directory (logs, metrics, snapshots)."),
+      key("run", "seed", [](auto& c) -> auto& { return c.run.seed; })
+          .defaults_to(0).at_least(0)
+          .doc("Seed of all randomness."),
+      key("run", "log_level", [](auto& c) -> auto& { return c.run.log_level; })
+          .defaults_to("info").one_of({"trace", "debug", "info", "warn", "error"})
+          .doc("Least severe log message that is written."),
+      key("data", "path", [](auto& c) -> auto& { return c.data.path; })
+          .defaults_to("")
+          .doc("Path to a tessera-scene HDF5 dataset; empty means none."),
+      key("model", "name", [](auto& c) -> auto& { return c.model.name; })
+          .defaults_to("nerf-hash")
+          .doc("Model to train, by registered name (checked by the model registry)."),
+      key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
+          .defaults_to(30000).range(1, kMaxTrainSteps)
+          .doc("Optimizer steps."),
+      key("distributed", "backend", [](auto& c) -> auto& { return c.distributed.backend; })
+          .defaults_to("auto").one_of({"auto", "mpi", "nccl"})
+          .doc("Communicator: `auto` uses NCCL for CUDA tensors and MPI for CPU."),
+      key("distributed", "timeout_s", [](auto& c) -> auto& { return c.distributed.timeout_s; })
+          .defaults_to(600.0).range_open_low(0, kMaxCollectiveTimeoutS)
+          .doc("A collective that takes longer (seconds) aborts the whole job."),
+      key("distributed", "threads", [](auto& c) -> auto& { return c.distributed.threads; })
+          .defaults_to(0).at_least(0)
+          .doc("Intra-op CPU threads per rank; 0 = the node's cores divided by its ranks."),
+      key("distributed", "check_agreement",
+          [](auto& c) -> auto& { return c.distributed.check_agreement; })
+          .defaults_to(false)
+          .doc("Debug mode: check each step that agreed values are identical on every rank."),
+  };
+  return kSchema;
+}
+
+std::string kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kString: return "string";
+    case ValueKind::kInteger: return "integer";
+    case ValueKind::kFloat: return "float";
+    case ValueKind::kBool: return "boolean";
+  }
+  return "?";
+}
+
+std::string format_value(const Value& v) {
+  if (const auto* s = std::get_if<std::string>(&v)) return escape_toml_string(*s);
+  if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  const double x = std::get<double>(v);
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  std::string text = shortest_double(x);
+  // TOML reads "600" as an integer: keep a float recognisable as one.
+  if (text.find_first_of(".eE") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string describe_allowed(const KeySpec& spec) {
+  std::string out;
+  if (!spec.choices.empty()) {
+    for (size_t i = 0; i < spec.choices.size(); ++i) out += (i ? ", " : "") + spec.choices[i];
+    return out;
+  }
+  if (spec.min && spec.max) {
+    return (spec.min_open ? "(" : "[") + format_bound(spec, *spec.min) + ", " +
+           format_bound(spec, *spec.max) + "]";
+  }
+  if (spec.min) return (spec.min_open ? "> " : ">= ") + format_bound(spec, *spec.min);
+  if (spec.max) return "<= " + format_bound(spec, *spec.max);
+  if (spec.rule) return spec.rule_doc;
+  return spec.kind == ValueKind::kBool ? "true, false" : "any";
+}
+
+std::string check_value(const KeySpec& spec, const Value& v) {
+  const std::string what = "key '" + spec.dotted() + "'";
+  if (spec.min || spec.max) {
+    const double x = std::holds_alternative<int64_t>(v) ? static_cast<double>(std::get<int64_t>(v))
+                                                        : std::get<double>(v);
+    // Written so that NaN fails every bound.
+    const bool low_ok = !spec.min || (spec.min_open ? x > *spec.min : x >= *spec.min);
+    const bool high_ok = !spec.max || x <= *spec.max;
+    if (!low_ok || !high_ok) {
+      const std::string allowed = describe_allowed(spec);
+      return what + " = " + format_value(v) + " is out of range " +
+             (spec.min && spec.max ? allowed : "(must be " + allowed + ")");
+    }
+  }
+  if (!spec.choices.empty()) {
+    const std::string& s = std::get<std::string>(v);
+    bool found = false;
+    for (const auto& choice : spec.choices) found = found || choice == s;
+    if (!found) return what + " must be one of " + describe_allowed(spec) + "; got '" + s + "'";
+  }
+  if (spec.rule) {
+    const std::string problem = spec.rule(v);
+    if (!problem.empty()) return what + " = " + format_value(v) + " is invalid: " + problem;
+  }
+  return "";
+}
+
+}  // namespace tessera::config_schema
+
+namespace tessera {
+
+std::string config_reference_markdown() {
+  namespace cs = config_schema;
+  std::ostringstream md;
+  for (const std::string& section : cs::sections()) {
+    md << "## [" << section << "]\n\n";
+    bool any = false;
+    for (const cs::KeySpec& spec : cs::schema()) {
+      if (spec.section != section) continue;
+      if (!any) {
+        md << "| Key | Type | Default | Allowed | Description |\n"
+           << "| --- | --- | --- | --- | --- |\n";
+        any = true;
+      }
+      std::string def = spec.default_doc;
+      if (spec.fixed_default) def = "`" + cs::format_value(*spec.fixed_default) + "`";
+      std::string allowed = cs::describe_allowed(spec);
+      if (!spec.choices.empty()) {
+        allowed.clear();
+        for (const auto& choice : spec.choices) {
+          allowed += (allowed.empty() ? "`" : ", `") + choice + "`";
+        }
+      } else if (spec.min || spec.max || spec.kind == cs::ValueKind::kBool) {
+        allowed = "`" + allowed + "`";
+      }
+      md << "| `" << spec.dotted() << "` | " << cs::kind_name(spec.kind) << " | " << def << " | "
+         << allowed << " | " << spec.description << " |\n";
+    }
+    if (!any) md << "No keys yet: the section may be present, but empty.\n";
+    md << "\n";
+  }
+  return md.str();
+}
+
+}  // namespace tessera

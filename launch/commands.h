@@ -1,0 +1,29 @@
+// The `tessera` subcommands: each adds itself to the CLI11 app and returns the function that
+// runs it once the command line is parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace tessera::launch {
+
+// A subcommand and the function that runs it, returning the process exit code.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_train_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+Command add_config_reference_command(CLI::App& app);
+
+// The multi-line text of `tessera --version`.
+std::string version_text();
+
+// This process's rank as the launcher announced it (OMPI, PMI, Slurm), before MPI is up;
+// 0 for a plain run. Lets errors found before MPI_Init be printed once, not once per rank.
+int launcher_rank();
+
+}  // namespace tessera::launch

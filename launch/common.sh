@@ -1,0 +1,35 @@
+# Shared by launch/setup, launch/build, launch/test and launch/demo: paths, the torch pin and
+# small helpers. Sourced, never run.
+
+TESSERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# LibTorch comes from the PyPI torch wheel, pinned to 2.11.0: that wheel is built for CUDA 13.0,
+# the CUDA major of /usr/local/cuda here, and it is the torch preinstalled on the GPU machines
+# (2.11 + CUDA 13.0), so the same sources build and link against both.
+TESSERA_TORCH_VERSION="2.11.0"
+
+# The torch environment lives outside the clone and .venv links to it, so a fresh clone on a
+# machine that already has it is set up in seconds instead of downloading gigabytes again.
+TESSERA_VENV="${TESSERA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/venv-torch-${TESSERA_TORCH_VERSION}}"
+
+TESSERA_BUILD_DIR="${TESSERA_BUILD_DIR:-$TESSERA_ROOT/build}"
+
+tessera_say() { printf '\033[1m[tessera]\033[0m %s\n' "$*" >&2; }
+
+tessera_jobs() {
+  local cores
+  cores=$(nproc 2>/dev/null || echo 2)
+  # Each torch translation unit needs ~1.5 GiB; keep a margin on small machines.
+  local mem_gib
+  mem_gib=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo 2>/dev/null || echo 4)
+  local by_mem=$(( mem_gib / 2 > 0 ? mem_gib / 2 : 1 ))
+  echo $(( cores < by_mem ? cores : by_mem ))
+}
+
+# mpirun flags every local job needs: OpenMPI refuses root unless told, and a laptop or CI box
+# may have fewer cores than ranks.
+tessera_mpirun_flags() {
+  local flags=(--oversubscribe)
+  if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
+  echo "${flags[@]}"
+}

@@ -1,0 +1,51 @@
+// A small MPI job for tests/test_failure.cpp: every rank loops on allreduces until one rank fails
+// in the way named on the command line (killed, stalled, or raising an error).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "distributed/errors.h"
+#include "distributed/mpi_communicator.h"
+#include "distributed/process_context.h"
+
+namespace {
+// Collectives run before the failing rank fails: peers are then inside the next one.
+constexpr int kIterationsBeforeFailure = 20;
+// The job gives up by itself long after any test's deadline, so it can never run forever.
+constexpr int kMaxIterations = 200000;
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: failure_probe kill|stall|throw PID_DIR TIMEOUT_S\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const std::string pid_dir = argv[2];
+  const double timeout_s = std::stod(argv[3]);
+  try {
+    tessera::distributed::ProcessContext context(&argc, &argv, timeout_s);
+    std::ofstream(pid_dir + "/rank-" + std::to_string(context.rank()) + ".pid") << getpid() << "\n";
+    tessera::distributed::MpiCommunicator comm(context);
+    const int victim = context.size() - 1;
+    torch::Tensor t = torch::ones({1 << 18});
+    for (int i = 0; i < kMaxIterations; ++i) {
+      if (context.rank() == victim && i == kIterationsBeforeFailure) {
+        if (mode == "kill") raise(SIGKILL);
+        if (mode == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
+        if (mode == "throw")
+          throw tessera::DistributedError("rank " + std::to_string(context.rank()) +
+                                          ": injected failure");
+      }
+      comm.allreduce(t, tessera::distributed::ReduceOp::Max);
+    }
+  } catch (const tessera::DistributedError& e) {
+    tessera::distributed::ProcessContext::abort_job(tessera::kExitDistributed, e.what());
+  }
+  return 0;
+}

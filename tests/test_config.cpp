@@ -1,0 +1,435 @@
+// Tests of the typed config: defaults, parsing, round trip, every error message, --set overrides,
+// and that docs/config.md matches the generated key reference.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "distributed/errors.h"
+#include "framework/config.h"
+
+namespace tessera {
+namespace {
+
+const char* const kBeginMarker = "<!-- BEGIN GENERATED -->\n";
+const char* const kEndMarker = "<!-- END GENERATED -->";
+
+std::string source_dir() {
+  const char* dir = std::getenv("TESSERA_SOURCE_DIR");
+  return dir && *dir ? dir : ".";
+}
+
+// Runs `fn`, expects a UserError, and returns its message.
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return "";
+}
+
+std::string parse_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  return error_of([&] { parse_config(text, "cfg.toml", overrides); });
+}
+
+std::string set_error(const std::string& override_text) {
+  return error_of([&] { parse_config("", "cfg.toml", {override_text}); });
+}
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.run.name, b.run.name);
+  EXPECT_EQ(a.run.out_dir, b.run.out_dir);
+  EXPECT_EQ(a.run.seed, b.run.seed);
+  EXPECT_EQ(a.run.log_level, b.run.log_level);
+  EXPECT_EQ(a.data.path, b.data.path);
+  EXPECT_EQ(a.model.name, b.model.name);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.distributed.backend, b.distributed.backend);
+  EXPECT_EQ(a.distributed.timeout_s, b.distributed.timeout_s);  // exact, not approximate
+  EXPECT_EQ(a.distributed.threads, b.distributed.threads);
+  EXPECT_EQ(a.distributed.check_agreement, b.distributed.check_agreement);
+  // Covers keys added later that this list does not name yet (source_path is only a comment).
+  Config a_text = a, b_text = b;
+  a_text.source_path = b_text.source_path = "";
+  EXPECT_EQ(to_toml(a_text), to_toml(b_text));
+}
+
+const char* const kEveryKey = R"(
+[run]
+name = "exp-1.a_b"
+out_dir = "/scratch/exp1"
+seed = 42
+log_level = "debug"
+
+[data]
+path = "data/lego.h5"
+
+[model]
+name = "gaussians"
+
+[train]
+steps = 1234
+
+[distributed]
+backend = "nccl"
+timeout_s = 12.5
+threads = 8
+check_agreement = true
+)";
+
+TEST(ConfigDefaults, EmptyTextGivesEveryDefault) {
+  const Config c = parse_config("", "text");
+  EXPECT_EQ(c.run.name, "run");
+  EXPECT_EQ(c.run.out_dir, "runs/run");
+  EXPECT_EQ(c.run.seed, 0);
+  EXPECT_EQ(c.run.log_level, "info");
+  EXPECT_EQ(c.data.path, "");
+  EXPECT_EQ(c.model.name, "nerf-hash");
+  EXPECT_EQ(c.train.steps, 30000);
+  EXPECT_EQ(c.distributed.backend, "auto");
+  EXPECT_EQ(c.distributed.timeout_s, 600.0);
+  EXPECT_EQ(c.distributed.threads, 0);
+  EXPECT_FALSE(c.distributed.check_agreement);
+  EXPECT_EQ(c.source_path, "");
+}
+
+TEST(ConfigParse, EveryKeyIsRead) {
+  const Config c = parse_config(kEveryKey, "text");
+  EXPECT_EQ(c.run.name, "exp-1.a_b");
+  EXPECT_EQ(c.run.out_dir, "/scratch/exp1");
+  EXPECT_EQ(c.run.seed, 42);
+  EXPECT_EQ(c.run.log_level, "debug");
+  EXPECT_EQ(c.data.path, "data/lego.h5");
+  EXPECT_EQ(c.model.name, "gaussians");
+  EXPECT_EQ(c.train.steps, 1234);
+  EXPECT_EQ(c.distributed.backend, "nccl");
+  EXPECT_EQ(c.distributed.timeout_s, 12.5);
+  EXPECT_EQ(c.distributed.threads, 8);
+  EXPECT_TRUE(c.distributed.check_agreement);
+}
+
+TEST(ConfigToml, RoundTripsEveryKey) {
+  for (const std::string& text : {std::string(""), std::string(kEveryKey)}) {
+    const Config c = parse_config(text, "text");
+    expect_same(parse_config(to_toml(c), "resolved"), c);
+  }
+}
+
+TEST(ConfigToml, RoundTripsAwkwardStringsAndFloats) {
+  Config c = parse_config("", "text");
+  c.data.path = "dir with \"quotes\"\\back\tslash\nnewline \x01 caf\xC3\xA9.h5";
+  c.run.out_dir = "'single' # not a comment";
+  for (const double timeout : {0.1, 1e-300, 1.0 / 3.0, 86400.0, 600.0, 2.5e-7}) {
+    c.distributed.timeout_s = timeout;
+    expect_same(parse_config(to_toml(c), "resolved"), c);
+  }
+}
+
+TEST(ConfigToml, MentionsSourceOnlyInAComment) {
+  const std::string path = ::testing::TempDir() + "/roundtrip_src.toml";
+  std::ofstream(path) << "[train]\nsteps = 7\n";
+  const Config c = load_config(path);
+  const std::string text = to_toml(c);
+  const std::string comment = "# Resolved Tessera config, loaded from \"" + path + "\"";
+  EXPECT_NE(text.find(comment), std::string::npos) << text;
+  const Config back = parse_config(text, "resolved");
+  expect_same(back, c);
+  EXPECT_EQ(back.source_path, "");
+  std::remove(path.c_str());
+}
+
+TEST(ConfigFile, DemoConfigLoads) {
+  const std::string path = source_dir() + "/configs/demo_nerf.toml";
+  const Config c = load_config(path);
+  EXPECT_EQ(c.run.name, "demo_nerf");
+  EXPECT_EQ(c.run.out_dir, "runs/demo_nerf");
+  EXPECT_EQ(c.model.name, "nerf-hash");
+  EXPECT_EQ(c.data.path, "runs/demo_scene.h5");
+  EXPECT_EQ(c.train.steps, 2000);
+  EXPECT_EQ(c.source_path, path);
+}
+
+TEST(ConfigFile, NameDefaultsToFileStem) {
+  const std::string path = ::testing::TempDir() + "/my_scene-v2.toml";
+  std::ofstream(path) << "[train]\nsteps = 10\n";
+  const Config c = load_config(path);
+  EXPECT_EQ(c.run.name, "my_scene-v2");
+  EXPECT_EQ(c.run.out_dir, "runs/my_scene-v2");
+  std::remove(path.c_str());
+}
+
+TEST(ConfigFile, StemThatIsNotARunNameAsksForAnExplicitName) {
+  const std::string path = ::testing::TempDir() + "/bad stem.toml";
+  std::ofstream(path) << "";
+  const std::string msg = error_of([&] { load_config(path); });
+  EXPECT_EQ(msg.rfind(path + ": key 'run.name' = \"bad stem\" is invalid", 0), 0u) << msg;
+  EXPECT_NE(msg.find("set 'run.name' explicitly"), std::string::npos) << msg;
+  EXPECT_EQ(load_config(path, {"run.name=ok"}).run.name, "ok");
+  std::remove(path.c_str());
+}
+
+TEST(ConfigFile, MissingFileNamesPathAndReason) {
+  EXPECT_EQ(error_of([] { load_config("/nonexistent/x.toml"); }),
+            "/nonexistent/x.toml: cannot read config file (No such file or directory)");
+  EXPECT_EQ(error_of([] { load_config(::testing::TempDir()); }),
+            ::testing::TempDir() + ": cannot read config file (Is a directory)");
+}
+
+TEST(ConfigErrors, UnknownKeySuggestsClosestWithLine) {
+  EXPECT_EQ(parse_error("[run]\nseed = 1\n\n[train]\nstpes = 3\n"),
+            "cfg.toml:5: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_EQ(parse_error("[distributed]\ncheck_agrement = true\n"),
+            "cfg.toml:2: unknown key 'distributed.check_agrement' "
+            "(did you mean 'distributed.check_agreement'?)");
+  // The right key in the wrong section.
+  EXPECT_EQ(parse_error("[run]\nsteps = 3\n"),
+            "cfg.toml:2: unknown key 'run.steps' (did you mean 'train.steps'?)");
+}
+
+TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheSectionsKeys) {
+  EXPECT_EQ(parse_error("[distributed]\nwhatever = 1\n"),
+            "cfg.toml:2: unknown key 'distributed.whatever' "
+            "(known keys in [distributed]: backend, timeout_s, threads, check_agreement)");
+}
+
+TEST(ConfigErrors, UnknownSectionListsKnownSections) {
+  const std::string known =
+      "known sections: run, data, model, train, sampling, checkpoint, snapshot, eval, distributed";
+  EXPECT_EQ(parse_error("\n[trian]\nsteps = 1\n"),
+            "cfg.toml:2: unknown section 'trian' (did you mean 'train'?); " + known);
+  EXPECT_EQ(parse_error("[optimizer]\n"), "cfg.toml:1: unknown section 'optimizer'; " + known);
+}
+
+TEST(ConfigErrors, ProblemsAreAllReportedInFileOrder) {
+  const std::string msg = parse_error("[train]\nsteps = 0\n[run]\nzzz = 1\nseed = -1\n");
+  EXPECT_EQ(msg,
+            "cfg.toml:2: key 'train.steps' = 0 is out of range [1, 1000000000]\n"
+            "cfg.toml:4: unknown key 'run.zzz' (known keys in [run]: name, out_dir, seed, "
+            "log_level)\n"
+            "cfg.toml:5: key 'run.seed' = -1 is out of range (must be >= 0)");
+}
+
+TEST(ConfigErrors, WrongTypeNamesKeyAndBothTypes) {
+  EXPECT_EQ(parse_error("[train]\nsteps = \"many\"\n"),
+            "cfg.toml:2: key 'train.steps' must be an integer, got string");
+  EXPECT_EQ(parse_error("[distributed]\ncheck_agreement = 1\n"),
+            "cfg.toml:2: key 'distributed.check_agreement' must be a boolean, got integer");
+  EXPECT_EQ(parse_error("[run]\nname = 3\n"),
+            "cfg.toml:2: key 'run.name' must be a string, got integer");
+  EXPECT_EQ(parse_error("[distributed]\ntimeout_s = \"10\"\n"),
+            "cfg.toml:2: key 'distributed.timeout_s' must be a float, got string");
+}
+
+TEST(ConfigErrors, FloatIsNeverAnInteger) {
+  EXPECT_EQ(parse_error("[train]\nsteps = 100.0\n"),
+            "cfg.toml:2: key 'train.steps' must be an integer, got float");
+  EXPECT_EQ(parse_error("[train]\nsteps = 1e3\n"),
+            "cfg.toml:2: key 'train.steps' must be an integer, got float");
+}
+
+TEST(ConfigErrors, IntegerIsAcceptedAsFloat) {
+  const Config c = parse_config("[distributed]\ntimeout_s = 30\n", "text");
+  EXPECT_EQ(c.distributed.timeout_s, 30.0);
+}
+
+TEST(ConfigErrors, OutOfRangeAtBothEnds) {
+  EXPECT_EQ(parse_error("[train]\nsteps = 0\n"),
+            "cfg.toml:2: key 'train.steps' = 0 is out of range [1, 1000000000]");
+  EXPECT_EQ(parse_error("[train]\nsteps = 1000000001\n"),
+            "cfg.toml:2: key 'train.steps' = 1000000001 is out of range [1, 1000000000]");
+  EXPECT_EQ(parse_error("[distributed]\ntimeout_s = 0.0\n"),
+            "cfg.toml:2: key 'distributed.timeout_s' = 0.0 is out of range (0, 86400]");
+  EXPECT_EQ(parse_error("[distributed]\ntimeout_s = 86400.5\n"),
+            "cfg.toml:2: key 'distributed.timeout_s' = 86400.5 is out of range (0, 86400]");
+  EXPECT_EQ(parse_error("[distributed]\ntimeout_s = nan\n"),
+            "cfg.toml:2: key 'distributed.timeout_s' = nan is out of range (0, 86400]");
+  EXPECT_EQ(parse_error("[distributed]\nthreads = -2\n"),
+            "cfg.toml:2: key 'distributed.threads' = -2 is out of range (must be >= 0)");
+  // The bounds themselves are inside.
+  const Config lo = parse_config("[train]\nsteps = 1\n", "text");
+  EXPECT_EQ(lo.train.steps, 1);
+  const Config hi =
+      parse_config("[train]\nsteps = 1000000000\n[distributed]\ntimeout_s = 86400\n", "text");
+  EXPECT_EQ(hi.train.steps, 1000000000);
+  EXPECT_EQ(hi.distributed.timeout_s, 86400.0);
+}
+
+TEST(ConfigErrors, BadChoiceListsTheChoices) {
+  EXPECT_EQ(parse_error("[distributed]\nbackend = \"foo\"\n"),
+            "cfg.toml:2: key 'distributed.backend' must be one of auto, mpi, nccl; got 'foo'");
+  EXPECT_EQ(parse_error("[run]\nlog_level = \"INFO\"\n"),
+            "cfg.toml:2: key 'run.log_level' must be one of trace, debug, info, warn, error; "
+            "got 'INFO'");
+}
+
+TEST(ConfigErrors, BadRunNameAndEmptyOutDir) {
+  EXPECT_EQ(parse_error("[run]\nname = \"a/b\"\n"),
+            "cfg.toml:2: key 'run.name' = \"a/b\" is invalid: use only letters, digits, '.', "
+            "'_' and '-'");
+  EXPECT_EQ(parse_error("[run]\nname = \"\"\n"),
+            "cfg.toml:2: key 'run.name' = \"\" is invalid: it must not be empty");
+  EXPECT_EQ(parse_error("[run]\nname = \"..\"\n"),
+            "cfg.toml:2: key 'run.name' = \"..\" is invalid: '.' and '..' are not run names");
+  EXPECT_EQ(parse_error("[run]\nout_dir = \"\"\n"),
+            "cfg.toml:2: key 'run.out_dir' = \"\" is invalid: it must not be empty");
+}
+
+TEST(ConfigErrors, SyntaxErrorHasLineAndColumn) {
+  const std::string msg = parse_error("[train]\nsteps = 3\nseed = = 4\n");
+  EXPECT_EQ(msg.rfind("cfg.toml:3:", 0), 0u) << msg;
+  EXPECT_NE(msg.find(": TOML syntax error: "), std::string::npos) << msg;
+  EXPECT_EQ(parse_error("[train\n").rfind("cfg.toml:1:", 0), 0u);
+}
+
+TEST(ConfigErrors, NestingArraysAndTopLevelKeysNameTheKey) {
+  EXPECT_EQ(parse_error("[train.steps]\nx = 1\n"),
+            "cfg.toml:1: key 'train.steps' must be an integer, got table "
+            "(tables nest no deeper than section.key)");
+  EXPECT_EQ(parse_error("[run]\nname.first = \"a\"\n"),
+            "cfg.toml:2: key 'run.name' must be a string, got table "
+            "(tables nest no deeper than section.key)");
+  EXPECT_EQ(parse_error("[train]\nsteps = [1, 2]\n"),
+            "cfg.toml:2: key 'train.steps' must be an integer, got array");
+  EXPECT_EQ(parse_error("steps = 5\n"),
+            "cfg.toml:1: key 'steps' is outside any section; put it under a [section] "
+            "(did you mean 'train.steps'?)");
+  EXPECT_EQ(parse_error("train = 5\n"),
+            "cfg.toml:1: section 'train' must be a table ([train]), got integer");
+  EXPECT_EQ(parse_error("[[train]]\nsteps = 5\n"),
+            "cfg.toml:1: section 'train' must be a table ([train]), got array");
+}
+
+TEST(ConfigSections, EmptyFutureSectionsAcceptedButTheirKeysRejected) {
+  const Config c = parse_config("[sampling]\n[checkpoint]\n[snapshot]\n[eval]\n", "text");
+  EXPECT_EQ(c.train.steps, 30000);
+  for (const std::string section : {"sampling", "checkpoint", "snapshot", "eval"}) {
+    EXPECT_EQ(parse_error("[" + section + "]\nrate = 1\n"),
+              "cfg.toml:2: unknown key '" + section + ".rate' ([" + section +
+                  "] has no keys yet)");
+  }
+}
+
+TEST(ConfigOverrides, ValuesOfEveryKind) {
+  const Config c = parse_config(kEveryKey, "text",
+                                {"train.steps=500", "run.name=other", "run.log_level=\"warn\"",
+                                 "run.out_dir=/tmp/run", "distributed.check_agreement=false",
+                                 "distributed.timeout_s=7", "data.path = a b.h5"});
+  EXPECT_EQ(c.train.steps, 500);
+  EXPECT_EQ(c.run.name, "other");
+  EXPECT_EQ(c.run.log_level, "warn");
+  EXPECT_EQ(c.run.out_dir, "/tmp/run");
+  EXPECT_FALSE(c.distributed.check_agreement);
+  EXPECT_EQ(c.distributed.timeout_s, 7.0);
+  EXPECT_EQ(c.data.path, "a b.h5");
+  EXPECT_EQ(c.run.seed, 42);  // untouched keys keep the file's value
+}
+
+TEST(ConfigOverrides, QuotedStringsAndStringsThatLookLikeOtherTypes) {
+  const Config c = parse_config("", "text",
+                                {"run.name=\"quoted\"", "model.name=2024", "data.path=\"=x=\""});
+  EXPECT_EQ(c.run.name, "quoted");
+  EXPECT_EQ(c.model.name, "2024");
+  EXPECT_EQ(c.data.path, "=x=");
+}
+
+TEST(ConfigOverrides, KeyAbsentFromFileAndLaterOverridesWin) {
+  const Config c = parse_config("[run]\nseed = 1\n", "text",
+                                {"distributed.threads=3", "run.seed=5", "run.seed=6"});
+  EXPECT_EQ(c.distributed.threads, 3);
+  EXPECT_EQ(c.run.seed, 6);
+}
+
+TEST(ConfigOverrides, BadKeyIsReportedWithTheOverride) {
+  EXPECT_EQ(set_error("train.stpes=3"),
+            "--set train.stpes=3: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_EQ(set_error("trian.steps=3").rfind(
+                "--set trian.steps=3: unknown section 'trian' (did you mean 'train'?)", 0),
+            0u);
+  EXPECT_EQ(set_error("steps=3"),
+            "--set steps=3: key 'steps' is outside any section; put it under a [section] "
+            "(did you mean 'train.steps'?)");
+  EXPECT_EQ(set_error("train.steps.x=3"),
+            "--set train.steps.x=3: key 'train.steps.x' must be section.key "
+            "(one level of nesting)");
+}
+
+TEST(ConfigOverrides, BadValueIsReportedWithTheOverride) {
+  EXPECT_EQ(set_error("train.steps=abc"),
+            "--set train.steps=abc: key 'train.steps' must be an integer, got string");
+  EXPECT_EQ(set_error("train.steps=2.5"),
+            "--set train.steps=2.5: key 'train.steps' must be an integer, got float");
+  EXPECT_EQ(set_error("train.steps=0"),
+            "--set train.steps=0: key 'train.steps' = 0 is out of range [1, 1000000000]");
+  EXPECT_EQ(set_error("distributed.check_agreement=yes"),
+            "--set distributed.check_agreement=yes: key 'distributed.check_agreement' must be "
+            "a boolean, got string");
+  EXPECT_EQ(set_error("distributed.backend=gloo"),
+            "--set distributed.backend=gloo: key 'distributed.backend' must be one of auto, mpi, "
+            "nccl; got 'gloo'");
+}
+
+TEST(ConfigOverrides, MalformedOverride) {
+  EXPECT_EQ(set_error("train.steps"),
+            "--set train.steps: expected section.key=value (missing '=')");
+  EXPECT_EQ(set_error("=5"), "--set =5: empty key; expected section.key=value");
+  // File problems come first, then override problems in order.
+  EXPECT_EQ(parse_error("[train]\nsteps = 0\n", {"x", "run.seed=-1"}),
+            "cfg.toml:2: key 'train.steps' = 0 is out of range [1, 1000000000]\n"
+            "--set x: expected section.key=value (missing '=')\n"
+            "--set run.seed=-1: key 'run.seed' = -1 is out of range (must be >= 0)");
+}
+
+TEST(ConfigOutDir, DefaultFollowsRunName) {
+  EXPECT_EQ(parse_config("[run]\nname = \"lego\"\n", "text").run.out_dir, "runs/lego");
+  EXPECT_EQ(parse_config("[run]\nname = \"lego\"\n", "text", {"run.name=chair"}).run.out_dir,
+            "runs/chair");
+  EXPECT_EQ(parse_config("", "text", {"run.name=chair"}).run.out_dir, "runs/chair");
+  // An explicit out_dir is kept whatever the name.
+  EXPECT_EQ(parse_config("[run]\nout_dir = \"o\"\n", "text", {"run.name=chair"}).run.out_dir,
+            "o");
+}
+
+// docs/config.md embeds config_reference_markdown() between the GENERATED markers.
+// TESSERA_UPDATE_DOCS=1 rewrites that block instead of checking it.
+TEST(ConfigReference, DocsConfigMdIsInSync) {
+  const std::string path = source_dir() + "/docs/config.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path << " (set TESSERA_SOURCE_DIR to the repository root)";
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string doc = buffer.str();
+  const size_t begin = doc.find(kBeginMarker);
+  const size_t end = doc.find(kEndMarker);
+  ASSERT_NE(begin, std::string::npos) << path << " lacks the line " << kBeginMarker;
+  ASSERT_NE(end, std::string::npos) << path << " lacks the line " << kEndMarker;
+  ASSERT_LT(begin, end);
+  const size_t body = begin + std::string(kBeginMarker).size();
+  const std::string expected = config_reference_markdown();
+  if (const char* update = std::getenv("TESSERA_UPDATE_DOCS"); update && *update) {
+    std::ofstream(path) << doc.substr(0, body) << expected << doc.substr(end);
+    return;
+  }
+  EXPECT_EQ(doc.substr(body, end - body), expected)
+      << path << " is out of date with the config schema (framework/config_schema.cpp). "
+      << "Regenerate it with: TESSERA_UPDATE_DOCS=1 TESSERA_SOURCE_DIR=<repo root> test_config "
+         "--gtest_filter=ConfigReference.*";
+}
+
+TEST(ConfigReference, ListsEverySectionAndKey) {
+  const std::string md = config_reference_markdown();
+  for (const char* needle : {"## [run]", "## [sampling]", "## [distributed]", "`run.name`",
+                             "`train.steps`", "`distributed.check_agreement`", "`30000`",
+                             "`[1, 1000000000]`", "`(0, 86400]`", "`auto`, `mpi`, `nccl`"}) {
+    EXPECT_NE(md.find(needle), std::string::npos) << needle;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
