@@ -111,7 +111,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
     const double busbw = n > 1 ? bytes / tessera_s * 2.0 * (n - 1) / n / 1e9 : 0.0;
     if (context.rank() == 0) {
       std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%lld,"
-                  "\"tessera_s\":%.6e,\"raw_s\":%.6e,\"busbw_gbs\":%.3f}\n",
+                  "\"tessera_s\":%.6e,\"raw_s\":%.6e,\"busbw_gbs\":%.4g}\n",
                   distributed::to_string(comm->backend()), n, static_cast<long long>(bytes),
                   tessera_s, raw_s, busbw);
       std::fflush(stdout);

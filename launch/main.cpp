@@ -44,6 +44,18 @@ int run(int argc, char** argv) {
       tessera::launch::add_bench_command(app),
       tessera::launch::add_config_reference_command(app),
   };
+  // CLI11 would only say that a subcommand is required; name the unknown word instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto& command : commands) {
+      found = found || command.app->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + command.app->get_name();
+    }
+    if (!found)
+      throw tessera::UserError(std::string("unknown command '") + argv[1] + "' (known: " + known +
+                               "; see tessera --help)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

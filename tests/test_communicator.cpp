@@ -209,8 +209,9 @@ TEST_P(CommunicatorTest, BadArgumentsAreUserErrors) {
   EXPECT_THROW(comm().allreduce(flags, ReduceOp::Sum), UserError);
   torch::Tensor rows = torch::zeros({3, 2}, torch::TensorOptions().device(device()));
   EXPECT_THROW(comm().all_to_all_v(rows, std::vector<int64_t>(size(), 0)), UserError);
-  if (size() > 1)  // one count for several ranks
+  if (size() > 1) {  // one count for several ranks
     EXPECT_THROW(comm().all_to_all_v(rows, {3}), UserError);
+  }
   comm().barrier();
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/nonfinite.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <atomic>
@@ -24,7 +25,8 @@ torch::Tensor cpu::count_nonfinite(const torch::Tensor& values) {
       at::parallel_for(0, input.numel(), kGrain, [&](int64_t begin, int64_t end) {
         int64_t local = 0;
         for (int64_t i = begin; i < end; ++i)
-          local += std::isfinite(static_cast<float>(data[i])) ? 0 : 1;
+          // In the type's own math type: a finite double beyond float's range stays finite.
+          local += std::isfinite(static_cast<at::opmath_type<scalar_t>>(data[i])) ? 0 : 1;
         total.fetch_add(local, std::memory_order_relaxed);
       });
     });

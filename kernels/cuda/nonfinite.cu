@@ -1,6 +1,7 @@
 // CUDA count_nonfinite: a grid-stride scan, a per-block reduction in shared memory and one
 // atomic add per block.
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -22,7 +23,7 @@ __global__ void count_nonfinite_kernel(const scalar_t* __restrict__ data, int64_
   unsigned int local = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x)
-    local += isfinite(static_cast<float>(data[i])) ? 0u : 1u;
+    local += isfinite(static_cast<at::opmath_type<scalar_t>>(data[i])) ? 0u : 1u;
   block_count[threadIdx.x] = local;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {

@@ -1,0 +1,534 @@
+// End-to-end tests of the `tessera` executable: --version, help, exit codes, config errors,
+// --print-config round trip, config-reference vs docs/config.md, and `bench allreduce` under mpiexec.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Deletes `path` and everything under it. Also guards the link order of cmake/TesseraTorch.cmake:
+// libtorch.so exports a broken copy of std::filesystem::remove_all that would crash here if it
+// were bound before libstdc++'s.
+void remove_tree(const std::string& path) {
+  std::error_code ignored;
+  fs::remove_all(path, ignored);
+}
+
+struct CommandResult {
+  int exit_code = -1;  // the exit status; 128 + signal when killed by a signal
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+// Single-quotes `text` for /bin/sh.
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// Parses one flat JSON object of string and number values: {"a":"x","b":1.5e-3}. Returns false
+// on anything else.
+bool parse_flat_json(const std::string& text, std::map<std::string, std::string>& fields) {
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+  };
+  auto parse_string = [&](std::string& out) {
+    if (i >= text.size() || text[i] != '"') return false;
+    const size_t end = text.find('"', i + 1);
+    if (end == std::string::npos) return false;
+    out = text.substr(i + 1, end - i - 1);
+    i = end + 1;
+    return true;
+  };
+  skip_space();
+  if (i >= text.size() || text[i++] != '{') return false;
+  for (;;) {
+    skip_space();
+    std::string key, value;
+    if (!parse_string(key)) return false;
+    skip_space();
+    if (i >= text.size() || text[i++] != ':') return false;
+    skip_space();
+    if (i < text.size() && text[i] == '"') {
+      if (!parse_string(value)) return false;
+      value = "\"" + value + "\"";  // keep strings recognisable
+    } else {
+      const size_t end = text.find_first_of(",}", i);
+      if (end == std::string::npos) return false;
+      value = text.substr(i, end - i);
+      while (!value.empty() && value.back() == ' ') value.pop_back();
+      i = end;
+    }
+    if (fields.count(key)) return false;
+    fields[key] = value;
+    skip_space();
+    if (i >= text.size()) return false;
+    if (text[i] == '}') {
+      ++i;
+      skip_space();
+      return i == text.size();
+    }
+    if (text[i++] != ',') return false;
+  }
+}
+
+// A JSON number, or NaN when `text` is not entirely one.
+double json_number(const std::string& text) {
+  if (text.empty()) return std::nan("");
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() ? value : std::nan("");
+}
+
+class CliTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"TESSERA_BINARY", "TESSERA_MPIEXEC", "TESSERA_SOURCE_DIR"}) {
+      const char* value = std::getenv(name);
+      ASSERT_TRUE(value && *value)
+          << name << " is not set; run this test through CTest (ctest -R test_cli), which sets "
+          << "TESSERA_BINARY, TESSERA_MPIEXEC and TESSERA_SOURCE_DIR";
+    }
+    binary_ = std::getenv("TESSERA_BINARY");
+    mpiexec_ = std::getenv("TESSERA_MPIEXEC");
+    source_dir_ = std::getenv("TESSERA_SOURCE_DIR");
+    ASSERT_TRUE(fs::is_regular_file(binary_)) << "TESSERA_BINARY=" << binary_ << " is no file";
+    demo_config_ = (fs::path(source_dir_) / "configs" / "demo_nerf.toml").string();
+    ASSERT_TRUE(fs::is_regular_file(demo_config_)) << demo_config_;
+
+    std::string pattern = (fs::path(testing::TempDir()) / "tessera_cli_XXXXXX").string();
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    ASSERT_NE(mkdtemp(buffer.data()), nullptr) << "mkdtemp " << pattern;
+    temp_dir_ = buffer.data();
+  }
+
+  void TearDown() override {
+    if (temp_dir_.empty()) return;
+    remove_tree(temp_dir_);
+  }
+
+  // Runs `command` with /bin/sh; stdout and stderr are captured separately.
+  CommandResult run_shell(const std::string& command) {
+    const std::string out_path = temp_path("stdout.txt"), err_path = temp_path("stderr.txt");
+    const std::string full =
+        "( " + command + " ) >" + quote(out_path) + " 2>" + quote(err_path) + " </dev/null";
+    CommandResult result;
+    FILE* pipe = popen(full.c_str(), "r");
+    if (!pipe) {
+      ADD_FAILURE() << "popen failed: " << full;
+      return result;
+    }
+    const int status = pclose(pipe);
+    if (status == -1) {
+      ADD_FAILURE() << "pclose failed: " << full;
+    } else if (WIFEXITED(status)) {
+      result.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      result.exit_code = 128 + WTERMSIG(status);
+    }
+    result.out = read_file(out_path);
+    result.err = read_file(err_path);
+    fs::remove(out_path);
+    fs::remove(err_path);
+    return result;
+  }
+
+  // Runs `tessera ARGS` (each argument quoted).
+  CommandResult tessera(const std::vector<std::string>& args) {
+    std::string command = quote(binary_);
+    for (const auto& arg : args) command += " " + quote(arg);
+    return run_shell(command);
+  }
+
+  // Runs `mpiexec -n RANKS --oversubscribe tessera ARGS`.
+  CommandResult mpi_tessera(int ranks, const std::vector<std::string>& args) {
+    std::string command =
+        quote(mpiexec_) + " -n " + std::to_string(ranks) + " --oversubscribe " + quote(binary_);
+    for (const auto& arg : args) command += " " + quote(arg);
+    return run_shell(command);
+  }
+
+  std::string temp_path(const std::string& name) const {
+    return (fs::path(temp_dir_) / name).string();
+  }
+
+  // Writes `text` to a temp file named `name` and returns its path.
+  std::string temp_file(const std::string& name, const std::string& text) {
+    const std::string path = temp_path(name);
+    write_file(path, text);
+    return path;
+  }
+
+  std::string binary_, mpiexec_, source_dir_, demo_config_, temp_dir_;
+};
+
+std::string describe(const CommandResult& r) {
+  return "exit code " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out +
+         "--- stderr ---\n" + r.err;
+}
+
+// ---- --version and help ----------------------------------------------------------------------
+
+TEST_F(CliTest, VersionListsEveryLibrary) {
+  const CommandResult r = tessera({"--version"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> lines = lines_of(r.out);
+  std::map<std::string, std::string> by_name;  // first word -> rest of the line
+  for (const auto& line : lines) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) continue;
+    const size_t value = line.find_first_not_of(' ', space);
+    by_name[line.substr(0, space)] = value == std::string::npos ? "" : line.substr(value);
+  }
+  for (const char* name : {"tessera", "LibTorch", "CUDA", "NCCL", "MPI", "HDF5"}) {
+    ASSERT_TRUE(by_name.count(name)) << "no line for " << name << "\n" << describe(r);
+    EXPECT_FALSE(by_name[name].empty()) << name << " has no version\n" << describe(r);
+  }
+  EXPECT_EQ(lines.front().rfind("tessera ", 0), 0u) << describe(r);
+  EXPECT_TRUE(isdigit(static_cast<unsigned char>(by_name["tessera"][0]))) << describe(r);
+  EXPECT_TRUE(isdigit(static_cast<unsigned char>(by_name["LibTorch"][0]))) << describe(r);
+  EXPECT_TRUE(contains(by_name["MPI"], "MPI")) << describe(r);  // e.g. "Open MPI v4.1.4"
+  // This build links Debian's OpenMPI flavour of HDF5: "HDF5     1.10.8 (parallel)".
+  const std::string& hdf5 = by_name["HDF5"];
+  ASSERT_GE(hdf5.size(), std::string(" (parallel)").size()) << describe(r);
+  EXPECT_EQ(hdf5.substr(hdf5.size() - std::string(" (parallel)").size()), " (parallel)")
+      << describe(r);
+  EXPECT_TRUE(isdigit(static_cast<unsigned char>(hdf5[0]))) << describe(r);
+}
+
+// Every entry of the "Positionals:", "Options:" and "Subcommands:" blocks of a CLI11 help text
+// has a description: on its own line after a gap of two or more spaces ("  --name TYPE   text"),
+// or, when the name is too long for the column, on the next, deeper indented line.
+void expect_every_entry_described(const std::string& help) {
+  const std::vector<std::string> lines = lines_of(help);
+  int entries = 0;
+  bool in_block = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line == "Positionals:" || line == "Options:" || line == "Subcommands:") {
+      in_block = true;
+      continue;
+    }
+    if (line.empty() || line[0] != ' ') {
+      in_block = false;
+      continue;
+    }
+    const size_t first = line.find_first_not_of(' ');
+    if (!in_block || first == std::string::npos || first != 2) continue;  // continuation line
+    ++entries;
+    const size_t gap = line.find("  ", first);
+    const bool inline_text =
+        gap != std::string::npos && line.find_first_not_of(' ', gap) != std::string::npos;
+    const bool next_line_text = i + 1 < lines.size() && lines[i + 1].size() > 4 &&
+                                lines[i + 1].find_first_not_of(' ') > 4;
+    EXPECT_TRUE(inline_text || next_line_text)
+        << "entry without help text: '" << line << "'\nin:\n" << help;
+  }
+  EXPECT_GE(entries, 2) << "no option entries found in:\n" << help;
+}
+
+TEST_F(CliTest, TopLevelHelp) {
+  const CommandResult r = tessera({"--help"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  expect_every_entry_described(r.out);
+  for (const char* text : {"--version", "--help", "train", "bench", "config-reference"})
+    EXPECT_TRUE(contains(r.out, text)) << "help lacks " << text << "\n" << describe(r);
+}
+
+TEST_F(CliTest, TrainHelp) {
+  const CommandResult r = tessera({"train", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  expect_every_entry_described(r.out);
+  for (const char* text : {"--set", "Override a config key", "--log-level", "Log level",
+                           "--print-config", "Print the resolved config", "config",
+                           "TOML config file"})
+    EXPECT_TRUE(contains(r.out, text)) << "train help lacks '" << text << "'\n" << describe(r);
+}
+
+TEST_F(CliTest, BenchAllreduceHelp) {
+  const CommandResult r = tessera({"bench", "allreduce", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  expect_every_entry_described(r.out);
+  for (const char* text : {"--min-bytes", "--max-bytes", "--iters", "--warmup", "--device"})
+    EXPECT_TRUE(contains(r.out, text)) << "bench help lacks " << text << "\n" << describe(r);
+}
+
+// ---- command-line errors -> exit code 2 ------------------------------------------------------
+
+TEST_F(CliTest, NoSubcommandExits2) {
+  const CommandResult r = tessera({});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_FALSE(r.err.empty()) << describe(r);
+}
+
+TEST_F(CliTest, UnknownSubcommandExits2) {
+  const CommandResult r = tessera({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("train"), std::string::npos) << "known commands listed: " << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
+TEST_F(CliTest, UnknownFlagExits2) {
+  const CommandResult top = tessera({"--no-such-flag"});
+  EXPECT_EQ(top.exit_code, 2) << describe(top);
+  const CommandResult train = tessera({"train", demo_config_, "--no-such-flag", "--print-config"});
+  EXPECT_EQ(train.exit_code, 2) << describe(train);
+  EXPECT_TRUE(contains(train.err, "--no-such-flag")) << describe(train);
+  EXPECT_TRUE(train.out.empty()) << describe(train);
+}
+
+TEST_F(CliTest, BenchWithoutNameExits2) {
+  const CommandResult r = tessera({"bench"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+}
+
+TEST_F(CliTest, UnknownLogLevelExits2) {
+  const CommandResult r = tessera({"train", demo_config_, "--log-level", "loud", "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "loud")) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
+TEST_F(CliTest, LogLevelFlagSetsRunLogLevel) {
+  const CommandResult r = tessera({"train", demo_config_, "--log-level", "debug", "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "log_level = \"debug\"")) << describe(r);
+}
+
+// ---- --print-config ---------------------------------------------------------------------------
+
+TEST_F(CliTest, PrintConfigIsTomlThatRoundTrips) {
+  const CommandResult first = tessera({"train", demo_config_, "--print-config"});
+  ASSERT_EQ(first.exit_code, 0) << describe(first);
+  EXPECT_TRUE(contains(first.out, "name = \"demo_nerf\"")) << describe(first);
+  for (const char* section : {"[run]", "[data]", "[model]", "[train]", "[distributed]"})
+    EXPECT_TRUE(contains(first.out, std::string("\n") + section + "\n")) << section << "\n"
+                                                                          << describe(first);
+  EXPECT_TRUE(contains(first.out, "steps = 2000")) << describe(first);
+  EXPECT_TRUE(contains(first.out, "name = \"nerf-hash\"")) << describe(first);
+
+  const std::string copy = temp_file("resolved.toml", first.out);
+  const CommandResult second = tessera({"train", copy, "--print-config"});
+  ASSERT_EQ(second.exit_code, 0) << describe(second);
+  // The first line is a comment naming the file it was loaded from (to_toml writes source_path
+  // only as a comment), so it differs by design; every line after it must be identical.
+  const std::vector<std::string> a = lines_of(first.out), b = lines_of(second.out);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(a[0].rfind("#", 0), 0u) << a[0];
+  EXPECT_TRUE(contains(a[0], demo_config_)) << a[0];
+  EXPECT_TRUE(contains(b[0], copy)) << b[0];
+  EXPECT_EQ(std::vector<std::string>(a.begin() + 1, a.end()),
+            std::vector<std::string>(b.begin() + 1, b.end()))
+      << "first:\n" << first.out << "second:\n" << second.out;
+  EXPECT_TRUE(second.err.empty()) << describe(second);
+}
+
+TEST_F(CliTest, SetOverridesAppearInPrintConfig) {
+  const CommandResult r = tessera({"train", demo_config_, "--set", "run.out_dir=/tmp/some/path",
+                                   "--set", "train.steps=5", "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "out_dir = \"/tmp/some/path\"\n")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "steps = 5\n")) << describe(r);
+  EXPECT_FALSE(contains(r.out, "steps = 2000")) << describe(r);
+  EXPECT_FALSE(fs::exists("/tmp/some/path")) << "--print-config must create nothing";
+}
+
+TEST_F(CliTest, LaterSetWins) {
+  const CommandResult r = tessera({"train", demo_config_, "--set", "train.steps=5", "--set",
+                                   "train.steps=7", "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "steps = 7\n")) << describe(r);
+  EXPECT_FALSE(contains(r.out, "steps = 5\n")) << describe(r);
+}
+
+// ---- config errors -> exit code 2 with file:line and key -------------------------------------
+
+TEST_F(CliTest, TypoKeyNamesFileLineAndSuggestion) {
+  const std::string path = temp_file("typo.toml", "[train]\nstpes = 5\n");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path + ":2:")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "train.stpes")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "did you mean 'train.steps'")) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
+TEST_F(CliTest, WrongTypeNamesKey) {
+  const std::string path = temp_file("type.toml", "[run]\nseed = 1\n\n[train]\nsteps = \"many\"\n");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path + ":5:")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "train.steps")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "integer")) << describe(r);
+}
+
+TEST_F(CliTest, OutOfRangeNamesKey) {
+  const std::string path = temp_file("range.toml", "[distributed]\ntimeout_s = -1.0\n");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path + ":2:")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "distributed.timeout_s")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "out of range")) << describe(r);
+
+  const std::string zero = temp_file("zero.toml", "[train]\nsteps = 0\n");
+  const CommandResult z = tessera({"train", zero, "--print-config"});
+  EXPECT_EQ(z.exit_code, 2) << describe(z);
+  EXPECT_TRUE(contains(z.err, "train.steps")) << describe(z);
+}
+
+TEST_F(CliTest, UnknownSectionNamesSection) {
+  const std::string path = temp_file("section.toml", "[run]\nseed = 3\n[trian]\nsteps = 5\n");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path + ":3:")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "unknown section 'trian'")) << describe(r);
+}
+
+TEST_F(CliTest, MissingConfigFileNamesFile) {
+  const std::string path = temp_path("does_not_exist.toml");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path)) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
+TEST_F(CliTest, TomlSyntaxErrorExits2) {
+  const std::string path = temp_file("syntax.toml", "[train]\nsteps = = 5\n");
+  const CommandResult r = tessera({"train", path, "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, path + ":2:")) << describe(r);
+}
+
+TEST_F(CliTest, TypoInSetNamesOverride) {
+  const CommandResult r = tessera({"train", demo_config_, "--set", "train.stpes=3", "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--set train.stpes=3")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "did you mean 'train.steps'")) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+}
+
+TEST_F(CliTest, BadValueInSetNamesOverride) {
+  const CommandResult r = tessera({"train", demo_config_, "--set", "train.steps=many", "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--set train.steps=many")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "integer")) << describe(r);
+}
+
+// ---- train with no registered model ----------------------------------------------------------
+
+// No model family is registered in this build yet (models/builtin.cpp), so training the demo
+// config must stop with exit 2 before it creates the run directory. Revisit when "nerf-hash" lands.
+TEST_F(CliTest, TrainUnknownModelExits2AndCreatesNothing) {
+  const std::string out_dir = temp_path("run_out");
+  ASSERT_FALSE(fs::exists(out_dir));
+  const CommandResult r = tessera({"train", demo_config_, "--set", "run.out_dir=" + out_dir});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "model.name 'nerf-hash'")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "known")) << describe(r);
+  EXPECT_FALSE(fs::exists(out_dir)) << "the run directory was created before the model check";
+}
+
+// ---- config-reference --------------------------------------------------------------------------
+
+TEST_F(CliTest, ConfigReferenceMatchesDocs) {
+  const std::string doc = read_file((fs::path(source_dir_) / "docs" / "config.md").string());
+  const std::string begin_marker = "<!-- BEGIN GENERATED -->\n";
+  const std::string end_marker = "<!-- END GENERATED -->";
+  const size_t begin = doc.find(begin_marker);
+  ASSERT_NE(begin, std::string::npos) << "docs/config.md lacks " << begin_marker;
+  const size_t start = begin + begin_marker.size();
+  const size_t end = doc.find(end_marker, start);
+  ASSERT_NE(end, std::string::npos) << "docs/config.md lacks " << end_marker;
+  const std::string generated = doc.substr(start, end - start);
+  ASSERT_FALSE(generated.empty());
+
+  const CommandResult r = tessera({"config-reference"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out, generated);
+  EXPECT_TRUE(contains(r.out, "`train.steps`")) << describe(r);
+}
+
+// ---- bench allreduce under mpiexec ---------------------------------------------------------------
+
+TEST_F(CliTest, BenchAllreduceTwoRanksPrintsOneJsonLinePerSize) {
+  const CommandResult r = mpi_tessera(2, {"bench", "allreduce", "--min-bytes", "4096",
+                                          "--max-bytes", "65536", "--iters", "3", "--warmup", "1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 5u) << "one line per size 4096..65536 from rank 0 only\n" << describe(r);
+  int64_t expected_bytes = 4096;
+  for (const auto& line : lines) {
+    std::map<std::string, std::string> fields;
+    ASSERT_TRUE(parse_flat_json(line, fields)) << "not a flat JSON object: " << line;
+    EXPECT_EQ(fields["bench"], "\"allreduce\"") << line;
+    EXPECT_TRUE(fields.count("backend")) << line;
+    EXPECT_EQ(json_number(fields["ranks"]), 2.0) << line;
+    EXPECT_EQ(json_number(fields["bytes"]), static_cast<double>(expected_bytes)) << line;
+    for (const char* key : {"tessera_s", "raw_s", "busbw_gbs"}) {
+      ASSERT_TRUE(fields.count(key)) << key << " missing: " << line;
+      const double value = json_number(fields[key]);
+      EXPECT_TRUE(value > 0.0) << key << " = '" << fields[key] << "' is not positive: " << line;
+    }
+    expected_bytes *= 2;
+  }
+}
+
+TEST_F(CliTest, BenchAllreduceBadRangeExits2Once) {
+  const CommandResult r =
+      mpi_tessera(2, {"bench", "allreduce", "--min-bytes", "8", "--max-bytes", "4"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  // Reported before MPI starts, by the launcher's rank 0 only.
+  const std::string message = "--min-bytes <= --max-bytes";
+  const size_t first = r.err.find(message);
+  ASSERT_NE(first, std::string::npos) << describe(r);
+  EXPECT_EQ(r.err.find(message, first + 1), std::string::npos) << "printed more than once\n"
+                                                                << describe(r);
+}
+
+}  // namespace
+}  // namespace tessera

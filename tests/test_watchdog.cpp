@@ -1,0 +1,207 @@
+// Tests of the collective watchdog: finished, scoped and self-completing operations pass; a stuck
+// operation or a failed health check ends the process with exit code 3 after the abort hooks.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "distributed/errors.h"
+#include "distributed/watchdog.h"
+
+namespace tessera::distributed {
+namespace {
+
+// Short enough to keep the tests fast, long enough for a quick op on a loaded machine.
+constexpr double kTimeoutS = 0.3;
+// Comfortably past the timeout plus two watchdog ticks (100 ms each).
+constexpr auto kPastTimeout = std::chrono::milliseconds(1500);
+
+void sleep_for(std::chrono::milliseconds duration) { std::this_thread::sleep_for(duration); }
+
+class WatchdogTest : public testing::Test {
+ protected:
+  // The watchdog owns a thread: a death test must re-execute the binary, not fork it.
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(WatchdogTest, FinishedOperationDoesNotAbort) {
+  Watchdog dog(kTimeoutS);
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t id = dog.start("quick allreduce");
+    dog.finish(id);
+  }
+  sleep_for(kPastTimeout);  // the process would have ended here if an entry were left behind
+  SUCCEED();
+}
+
+TEST_F(WatchdogTest, IdsAreDistinct) {
+  Watchdog dog(kTimeoutS);
+  const uint64_t a = dog.start("a");
+  const uint64_t b = dog.start("b");
+  const uint64_t h = dog.add_hooks(nullptr, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, h);
+  EXPECT_NE(b, h);
+  dog.finish(a);
+  dog.finish(b);
+  dog.remove_hooks(h);
+}
+
+TEST_F(WatchdogTest, ScopeFinishesItsOperation) {
+  Watchdog dog(kTimeoutS);
+  for (int i = 0; i < 3; ++i) {
+    Watchdog::Scope scope(dog, "scoped broadcast");
+    sleep_for(std::chrono::milliseconds(20));
+  }
+  sleep_for(kPastTimeout);
+  SUCCEED();
+}
+
+TEST_F(WatchdogTest, OperationWhoseDoneReturnsTrueIsDropped) {
+  std::atomic<int> polls{0};  // declared first: outlives the watchdog that polls it
+  Watchdog dog(kTimeoutS);
+  dog.start("async allreduce", [&polls] {
+    ++polls;
+    return true;
+  });
+  sleep_for(kPastTimeout);  // never finish()ed: only `done` keeps the process alive
+  EXPECT_GE(polls.load(), 1);
+  const int after_drop = polls.load();
+  sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(polls.load(), after_drop) << "a dropped operation is polled no more";
+}
+
+TEST_F(WatchdogTest, DoneBecomingTrueLaterIsDropped) {
+  std::atomic<bool> complete{false};
+  Watchdog dog(kTimeoutS);
+  dog.start("async reduce", [&complete] { return complete.load(); });
+  sleep_for(std::chrono::milliseconds(100));
+  complete = true;
+  sleep_for(kPastTimeout);
+  SUCCEED();
+}
+
+TEST_F(WatchdogTest, HealthyCheckAndRemovedHooksDoNotAbort) {
+  std::atomic<int> checks{0};
+  Watchdog dog(kTimeoutS);
+  const uint64_t id = dog.add_hooks(
+      [&checks] {
+        ++checks;
+        return std::string();
+      },
+      [] { std::fprintf(stderr, "abort hook must not run\n"); });
+  sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GE(checks.load(), 2) << "the health check is polled every tick";
+  dog.remove_hooks(id);
+}
+
+TEST_F(WatchdogTest, DestructorStopsPromptly) {
+  const auto start = std::chrono::steady_clock::now();
+  { Watchdog dog(600.0); }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+using WatchdogDeathTest = WatchdogTest;
+
+TEST_F(WatchdogDeathTest, UnfinishedOperationExitsWith3) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        dog.start("allreduce of step 17");
+        sleep_for(std::chrono::seconds(10));
+        std::fprintf(stderr, "watchdog never fired\n");
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed),
+      "allreduce of step 17.*did not complete within 0\\.3 s");
+}
+
+TEST_F(WatchdogDeathTest, SlowScopeExitsWith3) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        Watchdog::Scope scope(dog, "stuck barrier");
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed), "stuck barrier.*did not complete within");
+}
+
+TEST_F(WatchdogDeathTest, DoneReturningFalseStillTimesOut) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        dog.start("pending nccl op", [] { return false; });
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed), "pending nccl op.*did not complete within");
+}
+
+TEST_F(WatchdogDeathTest, FailedHealthCheckExitsWith3) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        dog.add_hooks([] { return std::string("NCCL async error: remote process exited"); },
+                      nullptr);
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed), "NCCL async error: remote process exited");
+}
+
+TEST_F(WatchdogDeathTest, AbortHooksRunBeforeExit) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        dog.add_hooks(nullptr, [] {
+          std::fprintf(stderr, "ABORT-HOOK-MARKER ran\n");
+          std::fflush(stderr);
+        });
+        dog.start("hung allgather");
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed),
+      // The hook's marker comes before the abort message.
+      "ABORT-HOOK-MARKER ran(.|\n)*hung allgather.*did not complete within");
+}
+
+TEST_F(WatchdogDeathTest, EveryAbortHookRunsOnHealthFailure) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        dog.add_hooks(nullptr, [] { std::fprintf(stderr, "HOOK-ONE\n"); });
+        dog.add_hooks([] { return std::string("peer 2 lost"); },
+                      [] { std::fprintf(stderr, "HOOK-TWO\n"); });
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed),
+      "(HOOK-ONE(.|\n)*HOOK-TWO|HOOK-TWO(.|\n)*HOOK-ONE)(.|\n)*peer 2 lost");
+}
+
+TEST_F(WatchdogDeathTest, RemovedHealthCheckNoLongerFires) {
+  // The process lives while the failing check is removed, then a stuck op ends it: the message
+  // must be the timeout, not the removed check's text.
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        const uint64_t id =
+            dog.add_hooks([] { return std::string("REMOVED-CHECK"); },
+                          [] { std::fprintf(stderr, "REMOVED-HOOK\n"); });
+        dog.remove_hooks(id);
+        dog.start("final op");
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed),
+      "^tessera: rank -1: collective 'final op' did not complete within");
+}
+
+}  // namespace
+}  // namespace tessera::distributed
