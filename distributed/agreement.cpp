@@ -11,8 +11,8 @@
 namespace tessera::distributed {
 
 uint64_t fingerprint(const std::string& text) {
-  constexpr uint64_t kOffset = 1469598103934665603ull;  // FNV-1a 64-bit offset basis
-  constexpr uint64_t kPrime = 1099511628211ull;         // FNV-1a 64-bit prime
+  constexpr uint64_t kOffset = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
+  constexpr uint64_t kPrime = 0x100000001b3ull;         // FNV-1a 64-bit prime
   uint64_t hash = kOffset;
   for (const unsigned char c : text) {
     hash ^= c;

@@ -2,6 +2,9 @@
 // picks MPI or NCCL from the device and the `distributed.backend` setting.
 #include "distributed/communicator.h"
 
+#include <numeric>
+
+#include "distributed/collective_args.h"
 #include "distributed/errors.h"
 #include "distributed/mpi_communicator.h"
 #include "distributed/process_context.h"
@@ -39,6 +42,53 @@ void Communicator::check_tensor(const torch::Tensor& tensor, const char* what) c
                       " is not supported (float32, float64, bfloat16, float16, int32, int64, uint8)");
   }
 }
+
+namespace detail {
+
+int64_t row_elements(const torch::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+std::vector<int64_t> shape_with_rows(const torch::Tensor& t, int64_t rows) {
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  shape[0] = rows;
+  return shape;
+}
+
+void finish_avg(torch::Tensor& t, ReduceOp op, int size) {
+  if (op != ReduceOp::Avg) return;
+  if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+    t.div_(size, "trunc");
+  else
+    t.div_(size);
+}
+
+void require_rows(const torch::Tensor& t, const char* what) {
+  if (t.dim() == 0) throw UserError(std::string(what) + ": needs a tensor with a first dimension");
+}
+
+void require_same_row_width(const std::vector<int64_t>& widths, int64_t mine) {
+  for (size_t r = 0; r < widths.size(); ++r)
+    if (widths[r] != mine)
+      throw UserError("allgatherv: rank " + std::to_string(r) + " has rows of " +
+                      std::to_string(widths[r]) + " elements, this rank " + std::to_string(mine));
+}
+
+void require_send_counts(const torch::Tensor& input, const std::vector<int64_t>& send_counts,
+                         int size) {
+  require_rows(input, "all_to_all_v");
+  if (static_cast<int>(send_counts.size()) != size)
+    throw UserError("all_to_all_v: " + std::to_string(send_counts.size()) +
+                    " send counts for " + std::to_string(size) + " ranks");
+  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  if (sent != input.size(0))
+    throw UserError("all_to_all_v: send counts add up to " + std::to_string(sent) +
+                    " rows but the input has " + std::to_string(input.size(0)));
+}
+
+}  // namespace detail
 
 bool nccl_available() {
 #ifdef TESSERA_WITH_NCCL

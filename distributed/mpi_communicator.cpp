@@ -4,8 +4,8 @@
 
 #include <exception>
 #include <limits>
-#include <numeric>
 
+#include "distributed/collective_args.h"
 #include "distributed/errors.h"
 #include "distributed/mpi_types.h"
 #include "distributed/watchdog.h"
@@ -28,19 +28,6 @@ std::string describe(const char* what, const torch::Tensor& t) {
   return std::string(what) + " of " + std::to_string(t.numel() * t.element_size()) + " bytes";
 }
 
-// Elements per row: the product of every dimension after the first.
-int64_t row_elements(const torch::Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-
-std::vector<int64_t> row_shape(const torch::Tensor& t, int64_t rows) {
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-  shape[0] = rows;
-  return shape;
-}
-
 // A committed MPI datatype of one row of `t` (freed on scope exit).
 class RowType {
  public:
@@ -56,14 +43,6 @@ class RowType {
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
 
-void finish_avg(torch::Tensor& t, ReduceOp op, int size) {
-  if (op != ReduceOp::Avg) return;
-  if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false))
-    t.div_(size, "trunc");
-  else
-    t.div_(size);
-}
-
 class MpiWork final : public Work {
  public:
   MpiWork(Watchdog& dog, uint64_t id, MPI_Request request, torch::Tensor tensor,
@@ -77,7 +56,7 @@ class MpiWork final : public Work {
     if (request_ == MPI_REQUEST_NULL) return;
     MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
     dog_.finish(id_);
-    finish_avg(tensor_, op_, size_);
+    detail::finish_avg(tensor_, op_, size_);
     if (!target_.is_same(tensor_)) target_.copy_(tensor_);
   }
 
@@ -131,7 +110,7 @@ void MpiCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
     const int count = static_cast<int>(std::min(kMaxChunkElements, buffer.numel() - offset));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + offset * element, count, type, mop, comm_));
   }
-  finish_avg(buffer, op, size());
+  detail::finish_avg(buffer, op, size());
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
@@ -185,17 +164,13 @@ torch::Tensor MpiCommunicator::allgather(const torch::Tensor& tensor) {
 
 torch::Tensor MpiCommunicator::allgatherv(const torch::Tensor& tensor) {
   check_tensor(tensor, "allgatherv");
-  if (tensor.dim() == 0) throw UserError("allgatherv: needs a tensor with a first dimension");
+  detail::require_rows(tensor, "allgatherv");
   const torch::Tensor input = tensor.contiguous();
   Watchdog::Scope watch(context_.watchdog(), describe("allgatherv", input));
-  const int64_t row_elems = row_elements(input);
+  const int64_t row_elems = detail::row_elements(input);
   const std::vector<int64_t> rows = allgather_counts(comm_, input.size(0));
   const std::vector<int64_t> widths = allgather_counts(comm_, row_elems);
-  for (int r = 0; r < size(); ++r)
-    if (widths[r] != row_elems)
-      throw UserError("allgatherv: rank " + std::to_string(r) + " has rows of " +
-                      std::to_string(widths[r]) + " elements, this rank " +
-                      std::to_string(row_elems));
+  detail::require_same_row_width(widths, row_elems);
   std::vector<int> counts(size()), displs(size());
   int64_t total = 0;
   for (int r = 0; r < size(); ++r) {
@@ -203,7 +178,7 @@ torch::Tensor MpiCommunicator::allgatherv(const torch::Tensor& tensor) {
     displs[r] = to_int_count(total, "allgatherv");
     total += rows[r];
   }
-  torch::Tensor output = torch::empty(row_shape(input, total), input.options());
+  torch::Tensor output = torch::empty(detail::shape_with_rows(input, total), input.options());
   if (total == 0 || row_elems == 0) return output;
   RowType row(input, row_elems);
   MPI_CHECK(MPI_Allgatherv(input.data_ptr(), counts[rank()], row.get(), output.data_ptr(),
@@ -215,14 +190,7 @@ torch::Tensor MpiCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
                                             const std::vector<int64_t>& send_counts,
                                             std::vector<int64_t>* recv_counts) {
   check_tensor(input_tensor, "all_to_all_v");
-  if (input_tensor.dim() == 0) throw UserError("all_to_all_v: needs a tensor with a first dimension");
-  if (static_cast<int>(send_counts.size()) != size())
-    throw UserError("all_to_all_v: " + std::to_string(send_counts.size()) +
-                    " send counts for " + std::to_string(size()) + " ranks");
-  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
-  if (sent != input_tensor.size(0))
-    throw UserError("all_to_all_v: send counts add up to " + std::to_string(sent) +
-                    " rows but the input has " + std::to_string(input_tensor.size(0)));
+  detail::require_send_counts(input_tensor, send_counts, size());
   const torch::Tensor input = input_tensor.contiguous();
   Watchdog::Scope watch(context_.watchdog(), describe("all_to_all_v", input));
   std::vector<int64_t> received(size());
@@ -239,8 +207,8 @@ torch::Tensor MpiCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
     roff += received[r];
   }
   if (recv_counts != nullptr) *recv_counts = received;
-  const int64_t row_elems = row_elements(input);
-  torch::Tensor output = torch::empty(row_shape(input, roff), input.options());
+  const int64_t row_elems = detail::row_elements(input);
+  torch::Tensor output = torch::empty(detail::shape_with_rows(input, roff), input.options());
   if (row_elems == 0) return output;
   RowType row(input, row_elems);
   MPI_CHECK(MPI_Alltoallv(input.data_ptr(), scounts.data(), sdispls.data(), row.get(),

@@ -10,6 +10,7 @@
 #include <exception>
 #include <numeric>
 
+#include "distributed/collective_args.h"
 #include "distributed/errors.h"
 #include "distributed/mpi_communicator.h"
 #include "distributed/watchdog.h"
@@ -53,20 +54,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-void finish_avg(torch::Tensor& t, ReduceOp op, int size) {
-  if (op != ReduceOp::Avg) return;
-  if (c10::isIntegralType(t.scalar_type(), false))
-    t.div_(size, "trunc");
-  else
-    t.div_(size);
-}
-
-int64_t row_elements(const torch::Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-
 std::string describe(const char* what, const torch::Tensor& t) {
   return std::string("nccl ") + what + " of " + std::to_string(t.numel() * t.element_size()) +
          " bytes";
@@ -80,7 +67,7 @@ class NcclWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
-    finish_avg(buffer_, op_, size_);
+    detail::finish_avg(buffer_, op_, size_);
     if (!target_.is_same(buffer_)) target_.copy_(buffer_);
   }
 
@@ -171,7 +158,7 @@ void NcclCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
                            at::cuda::getCurrentCUDAStream(device_index_).stream()),
              comm_);
   watch(describe("allreduce", buffer));
-  finish_avg(buffer, op, size());
+  detail::finish_avg(buffer, op, size());
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
@@ -223,25 +210,19 @@ torch::Tensor NcclCommunicator::allgather(const torch::Tensor& tensor) {
 
 torch::Tensor NcclCommunicator::allgatherv(const torch::Tensor& tensor) {
   check_tensor(tensor, "allgatherv");
-  if (tensor.dim() == 0) throw UserError("allgatherv: needs a tensor with a first dimension");
+  detail::require_rows(tensor, "allgatherv");
   c10::cuda::CUDAGuard guard(device_index_);
   const torch::Tensor input = tensor.contiguous();
-  const int64_t row_elems = row_elements(input);
+  const int64_t row_elems = detail::row_elements(input);
   std::vector<int64_t> rows, widths;
   {
     Watchdog::Scope watch_counts(context_.watchdog(), "allgatherv counts");
     rows = allgather_counts(context_.world(), input.size(0));
     widths = allgather_counts(context_.world(), row_elems);
   }
-  for (int r = 0; r < size(); ++r)
-    if (widths[r] != row_elems)
-      throw UserError("allgatherv: rank " + std::to_string(r) + " has rows of " +
-                      std::to_string(widths[r]) + " elements, this rank " +
-                      std::to_string(row_elems));
+  detail::require_same_row_width(widths, row_elems);
   const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
-  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
-  shape[0] = total;
-  torch::Tensor output = torch::empty(shape, input.options());
+  torch::Tensor output = torch::empty(detail::shape_with_rows(input, total), input.options());
   if (total == 0 || row_elems == 0) return output;
   const auto stream = at::cuda::getCurrentCUDAStream(device_index_).stream();
   const ncclDataType_t dtype = nccl_dtype(input.scalar_type());
@@ -267,15 +248,7 @@ torch::Tensor NcclCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
                                              const std::vector<int64_t>& send_counts,
                                              std::vector<int64_t>* recv_counts) {
   check_tensor(input_tensor, "all_to_all_v");
-  if (input_tensor.dim() == 0)
-    throw UserError("all_to_all_v: needs a tensor with a first dimension");
-  if (static_cast<int>(send_counts.size()) != size())
-    throw UserError("all_to_all_v: " + std::to_string(send_counts.size()) +
-                    " send counts for " + std::to_string(size()) + " ranks");
-  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
-  if (sent != input_tensor.size(0))
-    throw UserError("all_to_all_v: send counts add up to " + std::to_string(sent) +
-                    " rows but the input has " + std::to_string(input_tensor.size(0)));
+  detail::require_send_counts(input_tensor, send_counts, size());
   c10::cuda::CUDAGuard guard(device_index_);
   const torch::Tensor input = input_tensor.contiguous();
   std::vector<int64_t> received(size());
@@ -286,10 +259,8 @@ torch::Tensor NcclCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
   }
   if (recv_counts != nullptr) *recv_counts = received;
   const int64_t total = std::accumulate(received.begin(), received.end(), int64_t{0});
-  const int64_t row_elems = row_elements(input);
-  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
-  shape[0] = total;
-  torch::Tensor output = torch::empty(shape, input.options());
+  const int64_t row_elems = detail::row_elements(input);
+  torch::Tensor output = torch::empty(detail::shape_with_rows(input, total), input.options());
   if (row_elems == 0) return output;
   const auto stream = at::cuda::getCurrentCUDAStream(device_index_).stream();
   const ncclDataType_t dtype = nccl_dtype(input.scalar_type());

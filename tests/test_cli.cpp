@@ -16,31 +16,21 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Deletes `path` and everything under it. Also guards the link order of cmake/TesseraTorch.cmake:
-// libtorch.so exports a broken copy of std::filesystem::remove_all that would crash here if it
-// were bound before libstdc++'s.
-void remove_tree(const std::string& path) {
-  std::error_code ignored;
-  fs::remove_all(path, ignored);
-}
+using test::lines_of;
+using test::read_file;
+using test::remove_tree;
 
 struct CommandResult {
   int exit_code = -1;  // the exit status; 128 + signal when killed by a signal
   std::string out;     // stdout
   std::string err;     // stderr
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -53,13 +43,6 @@ std::string quote(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
 }
 
 bool contains(const std::string& text, const std::string& needle) {

@@ -13,20 +13,16 @@
 #include <spdlog/spdlog.h>
 
 #include "distributed/errors.h"
+#include "tests/test_util.h"
 #include "framework/log.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Deletes `path` and everything under it. Also guards the link order of cmake/TesseraTorch.cmake:
-// libtorch.so exports a broken copy of std::filesystem::remove_all that would crash here if it
-// were bound before libstdc++'s.
-void remove_tree(const std::string& path) {
-  std::error_code ignored;
-  fs::remove_all(path, ignored);
-}
+using test::lines_of;
+using test::read_file;
+using test::remove_tree;
 
 // A fresh directory under the test temp dir, removed at the end of the test.
 class TempRunDir {
@@ -47,20 +43,6 @@ class TempRunDir {
  private:
   std::string path_;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 // The line of `text` containing `needle`, or "" when none does.
 std::string line_with(const std::string& text, const std::string& needle) {
