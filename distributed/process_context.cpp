@@ -107,6 +107,11 @@ int ProcessContext::cuda_device_index() const {
 #endif
 }
 
+bool ProcessContext::one_cuda_device_per_rank() const {
+  return cuda_device_index() >= 0 &&
+         static_cast<int>(torch::cuda::device_count()) >= info_.local_size;
+}
+
 int ProcessContext::apply_thread_share(int requested) const {
   int threads = requested;
   if (threads <= 0) {

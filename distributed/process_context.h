@@ -39,6 +39,9 @@ class ProcessContext {
 
   // The CUDA device for this rank (local_rank modulo visible devices), or -1 without CUDA.
   int cuda_device_index() const;
+  // True when every rank on this node can have a CUDA device of its own (NCCL refuses two ranks
+  // on one device).
+  bool one_cuda_device_per_rank() const;
   // Sets torch's intra-op threads: `requested` if > 0, else this node's cores divided by the
   // ranks on it (at least 1). Returns the count set.
   int apply_thread_share(int requested) const;

@@ -58,10 +58,12 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
   context.apply_thread_share(0);
   torch::Device device(torch::kCPU);
   const bool cuda = options.device == "cuda" ||
-                    (options.device == "auto" && context.cuda_device_index() >= 0);
+                    (options.device == "auto" && context.one_cuda_device_per_rank());
   if (cuda) {
-    if (context.cuda_device_index() < 0)
-      throw UserError("bench allreduce --device cuda: no CUDA device is visible");
+    if (!context.one_cuda_device_per_rank())
+      throw UserError("bench allreduce --device cuda: needs one CUDA device per rank on each node (" +
+                      std::to_string(context.info().local_size) + " ranks here, " +
+                      std::to_string(torch::cuda::device_count()) + " devices visible)");
     device = torch::Device(torch::kCUDA, context.cuda_device_index());
   }
   auto comm = distributed::make_communicator(context, "auto", device);
@@ -140,7 +142,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   allreduce->add_option("--device", options->device,
-                        "auto (CUDA when visible), cpu (MPI backend) or cuda (NCCL backend)")
+                        "auto (CUDA when every rank has a device of its own), cpu (MPI backend) or cuda (NCCL backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   return {sub, [options, allreduce] {

@@ -63,8 +63,8 @@ std::string tag(const char* op, torch::ScalarType dtype, int64_t n) {
 class CommunicatorTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "nccl" && (!nccl_available() || test::g_context->cuda_device_index() < 0))
-      GTEST_SKIP() << "NCCL backend needs a CUDA device and an NCCL build";
+    if (GetParam() == "nccl" && (!nccl_available() || !test::g_context->one_cuda_device_per_rank()))
+      GTEST_SKIP() << "NCCL backend needs an NCCL build and a CUDA device per rank";
   }
   Communicator& comm() { return communicator(GetParam()); }
   torch::Device device() { return comm().device(); }
