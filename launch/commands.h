@@ -18,6 +18,9 @@ struct Command {
 Command add_train_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_config_reference_command(CLI::App& app);
+Command add_synth_command(CLI::App& app);    // synth_command.cpp
+Command add_convert_command(CLI::App& app);  // convert_command.cpp
+Command add_info_command(CLI::App& app);     // info_command.cpp
 
 // The multi-line text of `tessera --version`.
 std::string version_text();

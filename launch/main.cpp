@@ -41,6 +41,9 @@ int run(int argc, char** argv) {
   app.fallthrough();
   const std::vector<tessera::launch::Command> commands = {
       tessera::launch::add_train_command(app),
+      tessera::launch::add_synth_command(app),
+      tessera::launch::add_convert_command(app),
+      tessera::launch::add_info_command(app),
       tessera::launch::add_bench_command(app),
       tessera::launch::add_config_reference_command(app),
   };

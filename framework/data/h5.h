@@ -1,0 +1,115 @@
+// Small RAII wrappers over the HDF5 C API for Tessera's files (datasets, later snapshots):
+// identifiers that close themselves, typed attributes, and datasets read whole or by hyperslab.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::data::h5 {
+
+// An HDF5 identifier that closes itself with the function its creator chose (H5Fclose, ...).
+class Id {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Id() = default;
+  Id(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Id() { reset(); }
+  Id(Id&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& other) noexcept;
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset();  // closes now, ignoring a failure (destructors must not throw)
+  void close();  // closes now and throws when HDF5 reports a failure (e.g. a final flush)
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// While alive, HDF5 prints no error stack. For calls whose failure is expected and turned into
+// a UserError (opening a file that is not HDF5, creating a file in a missing directory).
+class QuietErrors {
+ public:
+  QuietErrors();
+  ~QuietErrors();
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+
+ private:
+  H5E_auto2_t function_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// Element types of Tessera files. On disk they are little-endian (H5T_STD_U8LE, H5T_STD_I32LE,
+// H5T_IEEE_F32LE, H5T_IEEE_F64LE); in memory they are the native types.
+enum class Type { U8, I32, F32, F64 };
+const char* type_name(Type type);  // "u8", "i32", "f32", "f64"
+// True when `dataset`'s stored element type is `type` (class, size and signedness).
+bool has_type(hid_t dataset, Type type);
+// The stored element type of `dataset` in words, for error messages ("f32", "string", ...).
+std::string describe_type(hid_t dataset);
+
+// ---- Files ----
+// Creates (truncating) `path`. Throws UserError when it cannot be created.
+Id create_file(const std::string& path);
+// Opens `path` read-only with the default (serial) driver, so each rank may open it on its own.
+// Throws UserError "PATH: no such file" or "PATH: not a readable HDF5 file (truncated or not
+// HDF5?)".
+Id open_file_read_only(const std::string& path);
+void flush(hid_t file);
+
+// ---- Groups and links ----
+enum class Kind { Missing, Group, Dataset, Other };
+// What `path` ("cameras/intrinsics") names below `loc`; Missing when any component is absent.
+Kind kind_of(hid_t loc, const std::string& path);
+Id create_group(hid_t loc, const std::string& name);
+Id open_group(hid_t loc, const std::string& name);
+
+// ---- Datasets ----
+// `chunk` empty: contiguous storage; otherwise chunked with these dims, and deflate-compressed
+// when `deflate_level` > 0.
+Id create_dataset(hid_t loc, const std::string& name, Type type, const std::vector<hsize_t>& dims,
+                  const std::vector<hsize_t>& chunk = {}, int deflate_level = 0);
+Id open_dataset(hid_t loc, const std::string& name);
+std::vector<hsize_t> dims(hid_t dataset);
+std::vector<hsize_t> chunk_dims(hid_t dataset);  // empty when not chunked
+int deflate_level(hid_t dataset);                // -1 when the deflate filter is not applied
+// Whole dataset from / into a contiguous buffer of its element count.
+void write(hid_t dataset, Type type, const void* data);
+void read(hid_t dataset, Type type, void* data);
+// The block at `start` of `count` elements per dimension, from / into a contiguous buffer.
+// Only the chunks that the block overlaps are read.
+void write_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, const void* data);
+void read_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
+                const std::vector<hsize_t>& count, void* data);
+
+// ---- Attributes (on a file, group or dataset) ----
+bool has_attribute(hid_t object, const std::string& name);
+// Variable-length UTF-8 scalar string.
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
+void write_int_attribute(hid_t object, const std::string& name, int32_t value);        // i32 scalar
+void write_double_attribute(hid_t object, const std::string& name, double value);      // f64 scalar
+void write_doubles_attribute(hid_t object, const std::string& name,
+                             const std::vector<double>& values);                       // f64 [n]
+
+// What an attribute holds, so that readers can check it before reading.
+struct AttributeInfo {
+  H5T_class_t type_class = H5T_NO_CLASS;  // H5T_STRING, H5T_INTEGER, H5T_FLOAT, ...
+  hssize_t count = 0;                     // number of elements (1 for a scalar)
+};
+AttributeInfo attribute_info(hid_t object, const std::string& name);
+// A string attribute, fixed- or variable-length; nullopt when absent or not a string.
+std::optional<std::string> read_string_attribute(hid_t object, const std::string& name);
+// Every element converted to int64 / double (the caller checks attribute_info first).
+std::vector<int64_t> read_int_attribute(hid_t object, const std::string& name);
+std::vector<double> read_doubles_attribute(hid_t object, const std::string& name);
+
+}  // namespace tessera::data::h5

@@ -1,0 +1,106 @@
+// PNG and JPEG files to and from uint8 tensors through Debian's libstb (stb_image, stb_image_write;
+// the implementations live in libstb.so), and integer box-filter downscaling.
+#include "framework/data/image_io.h"
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "distributed/errors.h"
+
+namespace tessera::data {
+
+namespace {
+
+constexpr int kGreyAlphaChannels = 2;  // stb reports grey+alpha as 2 channels
+constexpr int kRgbaChannels = 4;
+
+// The whole file, or a UserError saying why it cannot be read.
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw UserError("cannot open image " + path + " (missing or unreadable)");
+  std::vector<unsigned char> bytes;
+  unsigned char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0;)
+    bytes.insert(bytes.end(), buffer, buffer + n);
+  if (std::ferror(file.get())) throw UserError("cannot read image " + path + " (I/O error)");
+  return bytes;
+}
+
+std::string stb_reason() {
+  const char* reason = stbi_failure_reason();
+  return reason ? reason : "unknown reason";
+}
+
+}  // namespace
+
+LoadedImage read_image_file(const std::string& path) {
+  const std::vector<unsigned char> bytes = read_bytes(path);
+  if (bytes.empty()) throw UserError("image " + path + " is an empty file");
+  int width = 0, height = 0, channels = 0;
+  const int size = static_cast<int>(bytes.size());
+  if (!stbi_info_from_memory(bytes.data(), size, &width, &height, &channels))
+    throw UserError("image " + path + " is not a readable PNG or JPEG (" + stb_reason() + ")");
+  const bool has_alpha = channels == kGreyAlphaChannels || channels == kRgbaChannels;
+  const int wanted = has_alpha ? 4 : 3;
+  std::unique_ptr<unsigned char, void (*)(void*)> pixels(
+      stbi_load_from_memory(bytes.data(), size, &width, &height, &channels, wanted),
+      &stbi_image_free);
+  if (!pixels)
+    throw UserError("image " + path + " could not be decoded (" + stb_reason() + ")");
+  const torch::Tensor all =
+      torch::from_blob(pixels.get(), {height, width, wanted}, torch::kUInt8).clone();
+  LoadedImage image;
+  image.rgb = all.slice(2, 0, 3).contiguous();
+  if (has_alpha) image.alpha = all.select(2, 3).contiguous();
+  return image;
+}
+
+void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha) {
+  if (!rgb.defined() || rgb.dim() != 3 || rgb.size(2) != 3 || rgb.scalar_type() != torch::kUInt8)
+    throw std::invalid_argument("write_png " + path + ": rgb must be uint8 [H, W, 3]");
+  const int64_t height = rgb.size(0), width = rgb.size(1);
+  torch::Tensor pixels = rgb.to(torch::kCPU);
+  if (alpha.defined()) {
+    if (alpha.dim() != 2 || alpha.size(0) != height || alpha.size(1) != width ||
+        alpha.scalar_type() != torch::kUInt8)
+      throw std::invalid_argument("write_png " + path + ": alpha must be uint8 [H, W] like rgb");
+    pixels = torch::cat({pixels, alpha.to(torch::kCPU).unsqueeze(2)}, 2);
+  }
+  pixels = pixels.contiguous();
+  const int channels = static_cast<int>(pixels.size(2));
+  if (!stbi_write_png(path.c_str(), static_cast<int>(width), static_cast<int>(height), channels,
+                      pixels.data_ptr<uint8_t>(), static_cast<int>(width) * channels))
+    throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
+}
+
+torch::Tensor downscale(const torch::Tensor& image, int factor) {
+  if (factor < 1) throw std::invalid_argument("downscale factor must be >= 1");
+  if (!image.defined() || (image.dim() != 2 && image.dim() != 3) ||
+      image.scalar_type() != torch::kUInt8)
+    throw std::invalid_argument("downscale expects uint8 [H, W] or [H, W, C]");
+  if (factor == 1) return image;
+  const int64_t height = image.size(0) / factor, width = image.size(1) / factor;
+  if (height == 0 || width == 0)
+    throw std::invalid_argument("downscale: an image of " + std::to_string(image.size(1)) + "x" +
+                                std::to_string(image.size(0)) + " is smaller than the factor " +
+                                std::to_string(factor));
+  const torch::Tensor pixels = image.dim() == 2 ? image.unsqueeze(2) : image;
+  const int64_t channels = pixels.size(2);
+  // Each output pixel is the mean of a factor x factor block, rounded half up, in exact integers.
+  const int64_t block = static_cast<int64_t>(factor) * factor;
+  torch::Tensor sums = pixels.slice(0, 0, height * factor)
+                           .slice(1, 0, width * factor)
+                           .to(torch::kInt32)
+                           .reshape({height, factor, width, factor, channels})
+                           .sum({1, 3}, false, torch::kInt32);
+  torch::Tensor out = torch::div(sums + block / 2, block, "floor").to(torch::kUInt8);
+  return image.dim() == 2 ? out.squeeze(2).contiguous() : out.contiguous();
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,24 @@
+// PNG and JPEG files to and from uint8 tensors (stb_image / stb_image_write), and resizing by an
+// integer factor with box filtering, for the dataset importers and eval renders.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace tessera::data {
+
+struct LoadedImage {
+  torch::Tensor rgb;    // uint8 [H, W, 3]
+  torch::Tensor alpha;  // uint8 [H, W], undefined when the file has no alpha channel
+};
+
+// Throws UserError naming the file when it is missing, unreadable or not an image.
+LoadedImage read_image_file(const std::string& path);
+// Writes PNG; rgb uint8 [H, W, 3], alpha uint8 [H, W] or undefined. Throws on failure.
+void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha = {});
+// Box-filter downscale of uint8 [H, W] or [H, W, C] by `factor` (H and W are divided, rounding
+// down; the last partial block is dropped).
+torch::Tensor downscale(const torch::Tensor& image, int factor);
+
+}  // namespace tessera::data

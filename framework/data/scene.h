@@ -1,0 +1,99 @@
+// The tessera-scene v1 dataset (DESIGN.md §5, docs/formats.md): cameras, images, optional alpha
+// and points, in one HDF5 file. SceneWriter streams it to a temporary name and renames it when
+// complete; SceneReader validates it and reads only the images a rank asks for (hyperslabs).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::data {
+
+constexpr const char* kSceneFormat = "tessera-scene";
+constexpr int kSceneVersion = 1;
+
+enum class Split : uint8_t { Train = 0, Val = 1, Test = 2 };
+const char* to_string(Split split);
+
+// One pinhole camera with OpenCV distortion and an OpenCV-convention pose
+// (x right, y down, z forward; camera_to_world maps camera coordinates to world coordinates).
+struct Camera {
+  double fx = 0, fy = 0, cx = 0, cy = 0;   // pixels
+  double k1 = 0, k2 = 0, p1 = 0, p2 = 0;   // OpenCV order
+  int32_t width = 0, height = 0;           // pixels
+  std::array<double, 16> camera_to_world{  // row-major 4x4
+      1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  Split split = Split::Train;
+};
+
+// Root attributes.
+struct SceneMeta {
+  std::array<double, 6> scene_bounds{};    // xmin, ymin, zmin, xmax, ymax, zmax (world units)
+  double near = 0.0;                       // ray start distance
+  double far = 0.0;                        // ray end distance
+  std::array<double, 3> background{1, 1, 1};  // RGB in [0, 1] behind the scene
+  std::string source;                      // what it was made from ("synth:objects", "colmap:/path")
+};
+
+// Throws UserError naming `origin` and the camera index when a camera is unusable: non-finite
+// values, non-positive focal length or size, a rotation that is not orthonormal (tolerance
+// 1e-3), or a last row other than (0, 0, 0, 1).
+void validate_camera(const Camera& camera, size_t index, const std::string& origin);
+
+// Writes a dataset. Every image is given once, in any order; commit() checks that all were
+// written, closes the file and renames it into place. Destroying an uncommitted writer removes
+// the temporary file, so a failed run never leaves a half-written dataset.
+class SceneWriter {
+ public:
+  // `with_alpha`: whether /images/alpha is written (then every write_image passes alpha).
+  SceneWriter(const std::string& path, const SceneMeta& meta, const std::vector<Camera>& cameras,
+              bool with_alpha);
+  ~SceneWriter();
+  SceneWriter(const SceneWriter&) = delete;
+  SceneWriter& operator=(const SceneWriter&) = delete;
+
+  // rgb: uint8 [H, W, 3] with H, W the camera's size; alpha: uint8 [H, W] or undefined.
+  void write_image(size_t index, const torch::Tensor& rgb, const torch::Tensor& alpha = {});
+  // xyz: float32 [P, 3]; rgb: uint8 [P, 3]. Optional; at most once.
+  void write_points(const torch::Tensor& xyz, const torch::Tensor& rgb);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a dataset. Opening validates the format, the version (a newer one is refused), the
+// layout and every camera; problems throw UserError naming the file and what is wrong.
+class SceneReader {
+ public:
+  explicit SceneReader(const std::string& path);
+  ~SceneReader();
+  SceneReader(const SceneReader&) = delete;
+  SceneReader& operator=(const SceneReader&) = delete;
+
+  const std::string& path() const;
+  const SceneMeta& meta() const;
+  const std::vector<Camera>& cameras() const;
+  int version() const;
+  bool has_alpha() const;
+  bool has_points() const;
+  bool uniform_size() const;  // true when /images/rgb is one [C, H, W, 3] dataset
+
+  torch::Tensor read_image(size_t index) const;  // uint8 [H, W, 3], that image only
+  torch::Tensor read_alpha(size_t index) const;  // uint8 [H, W]; throws if !has_alpha()
+  torch::Tensor read_points_xyz() const;         // float32 [P, 3] (P = 0 when none)
+  torch::Tensor read_points_rgb() const;         // uint8 [P, 3]
+  std::vector<size_t> indices(Split split) const;  // camera indices of a split, ascending
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::data

@@ -1,0 +1,142 @@
+// `tessera info FILE.h5`: a readable summary of a Tessera file (for now a tessera-scene dataset:
+// cameras per split, image sizes, intrinsics, bounds, alpha, points, size on disk).
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "distributed/errors.h"
+#include "framework/data/h5.h"
+#include "framework/data/scene.h"
+#include "launch/cli_output.h"
+#include "launch/commands.h"
+
+namespace tessera::launch {
+
+namespace {
+
+constexpr const char* kSnapshotFormat = "tessera-snapshot";
+// Distinct image sizes listed one by one; beyond this the rest are counted together.
+constexpr size_t kListedSizes = 8;
+
+std::string number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string range(double low, double high) {
+  return low == high ? number(low) : number(low) + " .. " + number(high);
+}
+
+std::string file_size(const std::string& path) {
+  const uint64_t bytes = std::filesystem::file_size(path);
+  return human_bytes(bytes) + (bytes >= 1024 ? " (" + std::to_string(bytes) + " bytes)" : "");
+}
+
+// Refuses, with exit code 2, any HDF5 file that is not a tessera-scene dataset.
+void check_format(const std::string& path) {
+  const data::h5::Id file = data::h5::open_file_read_only(path);
+  if (!data::h5::has_attribute(file.get(), "format"))
+    throw UserError(path + ": not a Tessera file (HDF5, but no root attribute 'format')");
+  const auto format = data::h5::read_string_attribute(file.get(), "format");
+  if (!format) throw UserError(path + ": not a Tessera file (root attribute 'format' is not a string)");
+  if (*format == kSnapshotFormat)
+    throw UserError(path + ": a " + kSnapshotFormat +
+                    " file; snapshot support arrives with the snapshot feature");
+  if (*format != data::kSceneFormat)
+    throw UserError(path + ": not a Tessera file (root attribute format = \"" + *format + "\")");
+}
+
+// Rows of /points/xyz, from the dataspace alone (the points themselves are not read).
+int64_t point_count(const std::string& path) {
+  const data::h5::Id file = data::h5::open_file_read_only(path);
+  const data::h5::Id xyz = data::h5::open_dataset(file.get(), "points/xyz");
+  return static_cast<int64_t>(data::h5::dims(xyz.get()).at(0));
+}
+
+void print_summary(const data::SceneReader& scene, std::ostream& out) {
+  const auto& cameras = scene.cameras();
+  const auto& meta = scene.meta();
+  auto line = [&](const char* label, const std::string& value) {
+    out << "  " << label << std::string(14 - std::string(label).size(), ' ') << value << "\n";
+  };
+  out << scene.path() << ": " << data::kSceneFormat << " version " << scene.version() << "\n";
+  line("source:", meta.source.empty() ? "(not recorded)" : meta.source);
+  line("file size:", file_size(scene.path()));
+
+  std::string splits;
+  for (data::Split split : {data::Split::Train, data::Split::Val, data::Split::Test})
+    splits += std::string(splits.empty() ? "" : ", ") + data::to_string(split) + " " +
+              std::to_string(scene.indices(split).size());
+  line("cameras:", std::to_string(cameras.size()) + " (" + splits + ")");
+
+  std::map<std::pair<int32_t, int32_t>, size_t> sizes;  // (width, height) -> count
+  for (const auto& c : cameras) ++sizes[{c.width, c.height}];
+  if (sizes.size() == 1) {
+    const auto& [wh, count] = *sizes.begin();
+    line("image size:", std::to_string(wh.first) + "x" + std::to_string(wh.second) +
+                            " (all cameras; " +
+                            (scene.uniform_size() ? "one [C, H, W, 3] dataset)"
+                                                  : "per-image datasets)"));
+  } else {
+    std::vector<std::pair<size_t, std::pair<int32_t, int32_t>>> by_count;
+    for (const auto& [wh, count] : sizes) by_count.push_back({count, wh});
+    std::sort(by_count.begin(), by_count.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string listed;
+    size_t rest = 0;
+    for (size_t i = 0; i < by_count.size(); ++i) {
+      const auto& [count, wh] = by_count[i];
+      if (i < kListedSizes)
+        listed += (i ? ", " : "") + std::to_string(wh.first) + "x" + std::to_string(wh.second) +
+                  " (" + std::to_string(count) + ")";
+      else
+        rest += count;
+    }
+    if (rest > 0) listed += ", others (" + std::to_string(rest) + ")";
+    line("image sizes:", std::to_string(sizes.size()) + " distinct: " + listed +
+                             (scene.uniform_size() ? "" : "; per-image datasets"));
+  }
+
+  double fx_lo = cameras[0].fx, fx_hi = fx_lo, fy_lo = cameras[0].fy, fy_hi = fy_lo;
+  size_t distorted = 0;
+  for (const auto& c : cameras) {
+    fx_lo = std::min(fx_lo, c.fx), fx_hi = std::max(fx_hi, c.fx);
+    fy_lo = std::min(fy_lo, c.fy), fy_hi = std::max(fy_hi, c.fy);
+    if (c.k1 != 0 || c.k2 != 0 || c.p1 != 0 || c.p2 != 0) ++distorted;
+  }
+  line("fx:", range(fx_lo, fx_hi) + " px");
+  line("fy:", range(fy_lo, fy_hi) + " px");
+  line("distortion:", distorted == 0 ? "none"
+                                     : "present (" + std::to_string(distorted) + " of " +
+                                           std::to_string(cameras.size()) + " cameras)");
+  const auto& b = meta.scene_bounds;
+  line("scene bounds:", "[" + number(b[0]) + ", " + number(b[1]) + ", " + number(b[2]) + "] .. [" +
+                            number(b[3]) + ", " + number(b[4]) + ", " + number(b[5]) + "]");
+  line("near / far:", number(meta.near) + " / " + number(meta.far));
+  line("background:", "(" + number(meta.background[0]) + ", " + number(meta.background[1]) +
+                          ", " + number(meta.background[2]) + ")");
+  line("alpha:", scene.has_alpha() ? "yes" : "no");
+  line("points:", scene.has_points() ? std::to_string(point_count(scene.path())) : "none");
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand(
+      "info", "Print a summary of a Tessera file: a tessera-scene dataset (cameras per split, "
+              "image sizes, intrinsics, bounds, near/far, alpha, points, size on disk)");
+  sub->add_option("file", *path, "The .h5 file to describe (a tessera-scene dataset)")
+      ->required();
+  return {sub, [path] {
+            check_format(*path);
+            const data::SceneReader scene(*path);
+            print_summary(scene, std::cout);
+            return kExitOk;
+          }};
+}
+
+}  // namespace tessera::launch
