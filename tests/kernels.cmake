@@ -1,10 +1,14 @@
 # Tests and benchmarks of the differentiable ops in kernels/ (included from tests/CMakeLists.txt).
 # CUDA cases inside each test skip cleanly where no GPU is visible.
 tessera_add_test(test_volume_render SOURCES test_volume_render.cpp LIBS tessera_kernels LABELS cuda)
+tessera_add_test(test_hash_encoding SOURCES test_hash_encoding.cpp LIBS tessera_kernels LABELS cuda)
+tessera_add_test(test_ray_march SOURCES test_ray_march.cpp LIBS tessera_kernels LABELS cuda)
 
 # Google Benchmark binaries: run by hand (build/tests/bench_<op>), not by CTest.
 find_package(benchmark REQUIRED)
-add_executable(bench_volume_render bench/bench_volume_render.cpp)
-target_link_libraries(bench_volume_render PRIVATE
-  tessera_kernels benchmark::benchmark benchmark::benchmark_main tessera_options)
-tessera_use_pch(bench_volume_render)
+foreach(op volume_render hash_encoding ray_march)
+  add_executable(bench_${op} bench/bench_${op}.cpp)
+  target_link_libraries(bench_${op} PRIVATE
+    tessera_kernels benchmark::benchmark benchmark::benchmark_main tessera_options)
+  tessera_use_pch(bench_${op})
+endforeach()

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tests/expect_close.h"
 #include "kernels/nonfinite.h"
 #include "kernels/volume_render.h"
 
@@ -111,25 +112,7 @@ VolumeRenderOutput reference_render(const torch::Tensor& sigmas, const torch::Te
   return out;
 }
 
-// Compares and reports the worst element and how many are out of tolerance.
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, double rtol,
-                  double atol, const std::string& what) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
-  ASSERT_EQ(actual.scalar_type(), expected.scalar_type()) << what;
-  if (expected.numel() == 0) return;
-  const torch::Tensor a = actual.detach().cpu().to(torch::kFloat64);
-  const torch::Tensor e = expected.detach().cpu().to(torch::kFloat64);
-  ASSERT_EQ(count_nonfinite(a).item<int64_t>(), 0) << what << " has NaN or Inf";
-  const double scale = std::max(1.0, e.abs().max().item<double>());
-  const torch::Tensor err = (a - e).abs();
-  const torch::Tensor bad = err > rtol * e.abs() + atol * scale;
-  const int64_t worst = err.argmax().item<int64_t>();
-  EXPECT_EQ(bad.sum().item<int64_t>(), 0)
-      << what << ": " << bad.sum().item<int64_t>() << " of " << e.numel()
-      << " elements out of tolerance; worst at " << worst << ": "
-      << a.view(-1)[worst].item<double>()
-      << " vs " << e.view(-1)[worst].item<double>();
-}
+using test::expect_close;
 
 // Random cotangents for the four float outputs; a missing one stays undefined.
 struct Cotangents {

@@ -1,0 +1,225 @@
+// CUDA hash_encoding_fwd / hash_encoding_bwd: one thread per (point, level), as in instant-ngp;
+// backward scatters into the table with float atomicAdd.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <type_traits>
+
+#include "kernels/hash_encoding.h"
+
+namespace tessera::kernels::cuda {
+
+namespace {
+
+// Threads over points, blockIdx.y over levels: a warp reads 32 neighbouring points of one level,
+// whose rows are close on coarse levels. 256 threads keep 8 warps per block resident.
+constexpr int kThreadsPerBlock = 256;
+
+// The level table, passed by value as one launch argument (kHashEncodingMaxLevels bounds it).
+struct Levels {
+  float resolution[kHashEncodingMaxLevels];  // N_l
+  uint32_t stride[kHashEncodingMaxLevels];   // N_l + 1
+  uint32_t dense_bits;                       // bit l set: level l indexes densely
+  uint32_t mask;                             // T - 1
+};
+
+Levels device_levels(const std::vector<HashGridLevel>& levels, int64_t table_size) {
+  Levels d{};
+  for (size_t l = 0; l < levels.size(); ++l) {
+    d.resolution[l] = static_cast<float>(levels[l].resolution);
+    d.stride[l] = static_cast<uint32_t>(levels[l].resolution + 1);
+    if (levels[l].dense) d.dense_bits |= 1u << l;
+  }
+  d.mask = static_cast<uint32_t>(table_size - 1);
+  return d;
+}
+
+// The same cell and row arithmetic as the CPU implementation (kernels/cpu/hash_encoding.cpp), in
+// float32 without contraction, so both pick the same cells.
+__device__ __forceinline__ void cell_axis(float unit, float resolution, uint32_t& corner,
+                                          float& frac) {
+  const float u = fminf(fmaxf(unit, 0.0f), 1.0f);  // NaN -> 0
+  const float pos = __fmul_rn(u, resolution);
+  const float lower = fminf(floorf(pos), resolution - 1.0f);
+  corner = static_cast<uint32_t>(lower);
+  frac = pos - lower;
+}
+
+__device__ __forceinline__ uint32_t row_of(uint32_t x, uint32_t y, uint32_t z, uint32_t stride,
+                                           bool dense, uint32_t mask) {
+  if (dense) return x + y * stride + z * stride * stride;
+  return (x ^ (y * kHashPrimeY) ^ (z * kHashPrimeZ)) & mask;
+}
+
+struct Cell {
+  uint32_t x, y, z;
+  float fx, fy, fz;
+};
+
+__device__ __forceinline__ Cell cell_of(const float* __restrict__ p, float resolution) {
+  Cell c;
+  cell_axis(p[0], resolution, c.x, c.fx);
+  cell_axis(p[1], resolution, c.y, c.fy);
+  cell_axis(p[2], resolution, c.z, c.fz);
+  return c;
+}
+
+// Vertex k of the cell: offset (k & 1, k >> 1 & 1, k >> 2 & 1), weight wx * wy * wz.
+__device__ __forceinline__ void vertex(const Cell& c, uint32_t k, uint32_t stride, bool dense,
+                                       uint32_t mask, uint32_t& row, float& w) {
+  const uint32_t dx = k & 1, dy = (k >> 1) & 1, dz = (k >> 2) & 1;
+  const float wx = dx ? c.fx : 1.0f - c.fx;
+  const float wy = dy ? c.fy : 1.0f - c.fy;
+  const float wz = dz ? c.fz : 1.0f - c.fz;
+  w = __fmul_rn(__fmul_rn(wx, wy), wz);
+  row = row_of(c.x + dx, c.y + dy, c.z + dz, stride, dense, mask);
+}
+
+// kF > 0: F known at compile time (1, 2, 4, 8), features kept in registers; kF == 0: runtime F.
+template <int kF>
+__global__ void hash_encoding_fwd_kernel(int64_t num_points, int64_t num_levels,
+                                         int64_t table_size, int64_t features, Levels levels,
+                                         const float* __restrict__ positions,   // [N, 3]
+                                         const float* __restrict__ embeddings,  // [L, T, F]
+                                         float* __restrict__ encoded) {         // [N, L * F]
+  const int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t l = blockIdx.y;
+  if (n >= num_points) return;
+  const int64_t F = kF > 0 ? kF : features;
+  const Cell c = cell_of(positions + 3 * n, levels.resolution[l]);
+  const bool dense = (levels.dense_bits >> l) & 1u;
+  const float* table = embeddings + l * table_size * F;
+  float* out = encoded + (n * num_levels + l) * F;
+  if constexpr (kF > 0) {
+    float acc[kF] = {};
+    for (uint32_t k = 0; k < 8; ++k) {
+      uint32_t row;
+      float w;
+      vertex(c, k, levels.stride[l], dense, levels.mask, row, w);
+      const float* e = table + static_cast<int64_t>(row) * kF;
+#pragma unroll
+      for (int f = 0; f < kF; ++f) acc[f] = __fadd_rn(acc[f], __fmul_rn(w, __ldg(e + f)));
+    }
+#pragma unroll
+    for (int f = 0; f < kF; ++f) out[f] = acc[f];
+  } else {
+    for (int64_t f = 0; f < F; ++f) out[f] = 0.0f;
+    for (uint32_t k = 0; k < 8; ++k) {
+      uint32_t row;
+      float w;
+      vertex(c, k, levels.stride[l], dense, levels.mask, row, w);
+      const float* e = table + static_cast<int64_t>(row) * F;
+      for (int64_t f = 0; f < F; ++f) out[f] = __fadd_rn(out[f], __fmul_rn(w, __ldg(e + f)));
+    }
+  }
+}
+
+// v_embeddings must be zeroed. Sums into a row are in atomic arrival order.
+template <int kF>
+__global__ void hash_encoding_bwd_kernel(int64_t num_points, int64_t num_levels,
+                                         int64_t table_size, int64_t features, Levels levels,
+                                         const float* __restrict__ positions,  // [N, 3]
+                                         const float* __restrict__ v_encoded,  // [N, L * F]
+                                         float* __restrict__ v_embeddings) {   // [L, T, F]
+  const int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t l = blockIdx.y;
+  if (n >= num_points) return;
+  const int64_t F = kF > 0 ? kF : features;
+  const Cell c = cell_of(positions + 3 * n, levels.resolution[l]);
+  const bool dense = (levels.dense_bits >> l) & 1u;
+  float* table = v_embeddings + l * table_size * F;
+  const float* g = v_encoded + (n * num_levels + l) * F;
+  for (uint32_t k = 0; k < 8; ++k) {
+    uint32_t row;
+    float w;
+    vertex(c, k, levels.stride[l], dense, levels.mask, row, w);
+    float* v = table + static_cast<int64_t>(row) * F;
+    if constexpr (kF > 0) {
+#pragma unroll
+      for (int f = 0; f < kF; ++f) atomicAdd(v + f, __fmul_rn(w, g[f]));
+    } else {
+      for (int64_t f = 0; f < F; ++f) atomicAdd(v + f, __fmul_rn(w, g[f]));
+    }
+  }
+}
+
+dim3 grid_for(int64_t num_points, int64_t num_levels) {
+  return dim3(static_cast<unsigned>((num_points + kThreadsPerBlock - 1) / kThreadsPerBlock),
+              static_cast<unsigned>(num_levels));
+}
+
+// Launchers: the stream is explicit; nothing is launched for N == 0.
+template <int kF>
+void launch_fwd(const torch::Tensor& positions, const torch::Tensor& embeddings,
+                const Levels& levels, const torch::Tensor& encoded, cudaStream_t stream) {
+  const int64_t num_points = positions.size(0);
+  if (num_points == 0) return;
+  const int64_t num_levels = embeddings.size(0);
+  hash_encoding_fwd_kernel<kF><<<grid_for(num_points, num_levels), kThreadsPerBlock, 0, stream>>>(
+      num_points, num_levels, embeddings.size(1), embeddings.size(2), levels,
+      positions.data_ptr<float>(), embeddings.data_ptr<float>(), encoded.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int kF>
+void launch_bwd(const torch::Tensor& positions, const Levels& levels, int64_t num_levels,
+                int64_t table_size, int64_t features, const torch::Tensor& v_encoded,
+                const torch::Tensor& v_embeddings, cudaStream_t stream) {
+  const int64_t num_points = positions.size(0);
+  if (num_points == 0) return;
+  hash_encoding_bwd_kernel<kF><<<grid_for(num_points, num_levels), kThreadsPerBlock, 0, stream>>>(
+      num_points, num_levels, table_size, features, levels, positions.data_ptr<float>(),
+      v_encoded.data_ptr<float>(), v_embeddings.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename Body>
+void dispatch_features(int64_t features, Body&& body) {
+  switch (features) {
+    case 1: body(std::integral_constant<int, 1>{}); break;
+    case 2: body(std::integral_constant<int, 2>{}); break;
+    case 4: body(std::integral_constant<int, 4>{}); break;
+    case 8: body(std::integral_constant<int, 8>{}); break;
+    default: body(std::integral_constant<int, 0>{}); break;
+  }
+}
+
+}  // namespace
+
+torch::Tensor hash_encoding_fwd(const torch::Tensor& positions, const torch::Tensor& embeddings,
+                                const std::vector<HashGridLevel>& levels) {
+  const c10::cuda::CUDAGuard guard(positions.device());
+  const torch::Tensor pos = positions.contiguous(), table = embeddings.contiguous();
+  const int64_t num_levels = table.size(0), features = table.size(2);
+  torch::Tensor encoded = torch::empty({pos.size(0), num_levels * features}, table.options());
+  const Levels device = device_levels(levels, table.size(1));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  dispatch_features(features, [&](auto kF) {
+    launch_fwd<decltype(kF)::value>(pos, table, device, encoded, stream);
+  });
+  return encoded;
+}
+
+torch::Tensor hash_encoding_bwd(const torch::Tensor& positions,
+                                const std::vector<HashGridLevel>& levels, int64_t table_size,
+                                int64_t features_per_level, const torch::Tensor& v_encoded) {
+  const c10::cuda::CUDAGuard guard(positions.device());
+  const torch::Tensor pos = positions.contiguous(), grad = v_encoded.contiguous();
+  const int64_t num_levels = static_cast<int64_t>(levels.size());
+  TORCH_CHECK(grad.dim() == 2 && grad.size(0) == pos.size(0) &&
+                  grad.size(1) == num_levels * features_per_level,
+              "hash_encoding_bwd: v_encoded must be [N, L * F] = [", pos.size(0), ", ",
+              num_levels * features_per_level, "], got ", grad.sizes());
+  torch::Tensor v_embeddings =
+      torch::zeros({num_levels, table_size, features_per_level}, grad.options());
+  const Levels device = device_levels(levels, table_size);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  dispatch_features(features_per_level, [&](auto kF) {
+    launch_bwd<decltype(kF)::value>(pos, device, num_levels, table_size, features_per_level, grad,
+                                    v_embeddings, stream);
+  });
+  return v_embeddings;
+}
+
+}  // namespace tessera::kernels::cuda
