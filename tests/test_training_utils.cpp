@@ -1,0 +1,497 @@
+// Tests of the training utilities: LR and sampling-rate schedules against hand-computed values,
+// the dynamic loss scaler's rules and state, and PSNR/SSIM against a naive reference.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "distributed/errors.h"
+#include "framework/loss_scaler.h"
+#include "framework/metrics.h"
+#include "framework/schedule.h"
+
+namespace {
+
+using tessera::LossScaler;
+using tessera::LossScalerOptions;
+using tessera::LrSchedule;
+using tessera::LrScheduleOptions;
+using tessera::SamplingSchedule;
+using tessera::SamplingScheduleOptions;
+using tessera::UserError;
+
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kTol = 1e-12;
+
+// Runs fn, expects a UserError whose message contains every one of `parts`.
+template <typename Fn>
+void expect_user_error(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected tessera::UserError";
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+  }
+}
+
+LrScheduleOptions lr_opts(const std::string& name, int64_t warmup = 0) {
+  LrScheduleOptions o;
+  o.name = name;
+  o.lr = 1e-2;
+  o.final_lr = 1e-4;
+  o.total_steps = 1000;
+  o.warmup_steps = warmup;
+  return o;
+}
+
+SamplingScheduleOptions rate_opts(const std::string& name) {
+  SamplingScheduleOptions o;
+  o.name = name;
+  o.rate_max = 1.0;
+  o.rate_min = 0.25;
+  o.total_steps = 1000;
+  o.step_every = 100;
+  o.step_factor = 0.5;
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LR schedules
+
+TEST(LrSchedule, ConstantIsLrEverywhere) {
+  const LrSchedule s(lr_opts("constant"));
+  for (int64_t t : {0, 500, 1000, 5000}) EXPECT_EQ(s.at(t), 1e-2) << t;
+  EXPECT_EQ(s.options().name, "constant");
+}
+
+TEST(LrSchedule, ExponentialHandValues) {
+  const LrSchedule s(lr_opts("exponential"));
+  EXPECT_NEAR(s.at(0), 1e-2, kTol);
+  EXPECT_NEAR(s.at(500), 1e-3, kTol);  // geometric mean of 1e-2 and 1e-4
+  EXPECT_NEAR(s.at(1000), 1e-4, kTol);
+  EXPECT_NEAR(s.at(250), 1e-2 * std::pow(1e-2, 0.25), kTol);
+  EXPECT_NEAR(s.at(2000), 1e-4, kTol);  // held past T
+}
+
+TEST(LrSchedule, CosineHandValues) {
+  const LrSchedule s(lr_opts("cosine"));
+  EXPECT_NEAR(s.at(0), 1e-2, kTol);
+  EXPECT_NEAR(s.at(500), (1e-2 + 1e-4) / 2, kTol);
+  EXPECT_NEAR(s.at(1000), 1e-4, kTol);
+  EXPECT_NEAR(s.at(250), 1e-4 + (1e-2 - 1e-4) * (1 + std::sqrt(0.5)) / 2, kTol);
+  EXPECT_NEAR(s.at(1500), 1e-4, kTol);
+}
+
+TEST(LrSchedule, DecayingSchedulesAreMonotone) {
+  for (const char* name : {"exponential", "cosine"}) {
+    const LrSchedule s(lr_opts(name));
+    for (int64_t t = 1; t <= 1000; ++t) ASSERT_LE(s.at(t), s.at(t - 1)) << name << " t=" << t;
+    EXPECT_LT(s.at(1000), s.at(0)) << name;
+  }
+}
+
+TEST(LrSchedule, WarmupRampsLinearlyFromLrOverWarmup) {
+  const LrSchedule c(lr_opts("constant", 10));
+  EXPECT_NEAR(c.at(0), 1e-3, kTol);  // lr / warmup
+  EXPECT_NEAR(c.at(4), 5e-3, kTol);
+  EXPECT_NEAR(c.at(9), 1e-2, kTol);
+  EXPECT_NEAR(c.at(10), 1e-2, kTol);
+  for (int64_t t = 1; t < 10; ++t) EXPECT_GT(c.at(t), c.at(t - 1));
+
+  // With cosine: the ramp multiplies the decayed value.
+  const LrSchedule s(lr_opts("cosine", 100));
+  auto cosine = [](double p) { return 1e-4 + (1e-2 - 1e-4) * (1 + std::cos(kPi * p)) / 2; };
+  EXPECT_NEAR(s.at(0), cosine(0.0) / 100, kTol);
+  EXPECT_NEAR(s.at(49), cosine(0.049) * 0.5, kTol);
+  EXPECT_NEAR(s.at(100), cosine(0.1), kTol);
+  EXPECT_NEAR(s.at(500), (1e-2 + 1e-4) / 2, kTol);
+  EXPECT_NEAR(s.at(1000), 1e-4, kTol);
+}
+
+TEST(LrSchedule, IsAPureFunctionOfTheStep) {
+  const LrSchedule a(lr_opts("cosine", 20)), b(lr_opts("cosine", 20));
+  const double late = a.at(777);
+  for (int64_t t = 0; t < 800; ++t) (void)a.at(t);
+  EXPECT_EQ(a.at(777), late);
+  EXPECT_EQ(a.at(777), b.at(777));
+}
+
+TEST(LrSchedule, BadOptionsThrowUserError) {
+  auto make = [](LrScheduleOptions o) { return [o] { LrSchedule s(o); }; };
+  LrScheduleOptions o = lr_opts("cosine");
+  o.lr = -1e-3;
+  expect_user_error(make(o), {"lr", "> 0"});
+  o = lr_opts("constant");
+  o.lr = 0.0;
+  expect_user_error(make(o), {"lr"});
+  o = lr_opts("exponential");
+  o.final_lr = 0.0;
+  expect_user_error(make(o), {"final_lr"});
+  o = lr_opts("cosine");
+  o.final_lr = 1.0;  // above lr
+  expect_user_error(make(o), {"final_lr"});
+  o = lr_opts("cosine");
+  o.total_steps = 0;
+  expect_user_error(make(o), {"total_steps"});
+  o = lr_opts("cosine");
+  o.warmup_steps = -1;
+  expect_user_error(make(o), {"warmup_steps"});
+  o = lr_opts("cosine");
+  o.name = "linear_warmup";
+  expect_user_error(make(o), {"linear_warmup", "constant", "exponential", "cosine"});
+  // final_lr is not used by constant, so it is not checked there.
+  o = lr_opts("constant");
+  o.lr = 1e-5;
+  EXPECT_NO_THROW(make(o)());
+}
+
+TEST(LrSchedule, NamesForTheConfigSchema) {
+  EXPECT_EQ(tessera::lr_schedule_names(),
+            (std::vector<std::string>{"constant", "exponential", "cosine"}));
+  EXPECT_EQ(tessera::sampling_schedule_names(),
+            (std::vector<std::string>{"constant", "linear", "cosine", "step"}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling-rate schedules
+
+TEST(SamplingSchedule, ConstantIsRateMax) {
+  SamplingScheduleOptions o = rate_opts("constant");
+  o.rate_max = 0.5;
+  o.rate_min = 0.9;  // unused by constant
+  const SamplingSchedule s(o);
+  for (int64_t t : {0, 500, 1000, 4000}) EXPECT_EQ(s.at(t), 0.5);
+}
+
+TEST(SamplingSchedule, LinearHandValues) {
+  const SamplingSchedule s(rate_opts("linear"));
+  EXPECT_NEAR(s.at(0), 1.0, kTol);
+  EXPECT_NEAR(s.at(500), 0.625, kTol);
+  EXPECT_NEAR(s.at(1000), 0.25, kTol);
+  EXPECT_NEAR(s.at(250), 0.8125, kTol);
+  EXPECT_NEAR(s.at(3000), 0.25, kTol);
+}
+
+TEST(SamplingSchedule, CosineHandValues) {
+  const SamplingSchedule s(rate_opts("cosine"));
+  EXPECT_NEAR(s.at(0), 1.0, kTol);
+  EXPECT_NEAR(s.at(500), 0.625, kTol);
+  EXPECT_NEAR(s.at(1000), 0.25, kTol);
+  EXPECT_NEAR(s.at(250), 0.25 + 0.75 * (1 + std::sqrt(0.5)) / 2, kTol);
+}
+
+TEST(SamplingSchedule, StepHandValues) {
+  const SamplingSchedule s(rate_opts("step"));
+  EXPECT_EQ(s.at(0), 1.0);
+  EXPECT_EQ(s.at(99), 1.0);
+  EXPECT_EQ(s.at(100), 0.5);
+  EXPECT_EQ(s.at(199), 0.5);
+  EXPECT_EQ(s.at(200), 0.25);
+  EXPECT_EQ(s.at(500), 0.25);   // T/2: 1/32 clamped to rate_min
+  EXPECT_EQ(s.at(1000), 0.25);  // T
+}
+
+TEST(SamplingSchedule, DecreasingSchedulesAreMonotoneAndInRange) {
+  for (const char* name : {"linear", "cosine", "step"}) {
+    const SamplingSchedule s(rate_opts(name));
+    for (int64_t t = 0; t <= 1200; ++t) {
+      const double r = s.at(t);
+      ASSERT_GE(r, 0.25) << name << " t=" << t;
+      ASSERT_LE(r, 1.0) << name << " t=" << t;
+      if (t > 0) {
+        ASSERT_LE(r, s.at(t - 1)) << name << " t=" << t;
+      }
+    }
+  }
+}
+
+TEST(SamplingSchedule, BadOptionsThrowUserError) {
+  auto make = [](SamplingScheduleOptions o) { return [o] { SamplingSchedule s(o); }; };
+  SamplingScheduleOptions o = rate_opts("linear");
+  o.rate_max = 1.5;
+  expect_user_error(make(o), {"rate_max", "(0, 1]"});
+  o = rate_opts("constant");
+  o.rate_max = 0.0;
+  expect_user_error(make(o), {"rate_max"});
+  o = rate_opts("cosine");
+  o.rate_min = -0.1;
+  expect_user_error(make(o), {"rate_min", "(0, 1]"});
+  o = rate_opts("linear");
+  o.rate_min = 0.8;
+  o.rate_max = 0.5;
+  expect_user_error(make(o), {"rate_min", "greater than rate_max"});
+  o = rate_opts("step");
+  o.step_every = 0;
+  expect_user_error(make(o), {"step_every"});
+  o = rate_opts("step");
+  o.step_factor = 1.5;
+  expect_user_error(make(o), {"step_factor"});
+  o = rate_opts("linear");
+  o.total_steps = 0;
+  expect_user_error(make(o), {"total_steps"});
+  o = rate_opts("linear");
+  o.name = "exponential";
+  expect_user_error(make(o), {"'exponential'", "constant", "linear", "cosine", "step"});
+}
+
+TEST(SamplingSchedule, LrRescaleIsSquareRootOfTheRateRatio) {
+  EXPECT_EQ(tessera::lr_rescale(1.0, 1.0), 1.0);
+  EXPECT_EQ(tessera::lr_rescale(0.25, 1.0), 0.5);
+  EXPECT_EQ(tessera::lr_rescale(0.125, 0.5), 0.5);
+  EXPECT_NEAR(tessera::lr_rescale(0.5, 1.0), std::sqrt(0.5), kTol);
+  EXPECT_THROW(tessera::lr_rescale(0.0, 1.0), std::invalid_argument);
+  // Combined with cosine annealing as the trainer does.
+  const LrSchedule lr(lr_opts("cosine"));
+  const SamplingSchedule rate(rate_opts("linear"));
+  EXPECT_NEAR(lr.at(1000) * tessera::lr_rescale(rate.at(1000), 1.0), 1e-4 * 0.5, kTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss scaler
+
+LossScalerOptions scaler_opts(int64_t growth_interval = 3) {
+  LossScalerOptions o;
+  o.enabled = true;
+  o.init_scale = 1024.0;
+  o.growth_factor = 2.0;
+  o.backoff_factor = 0.5;
+  o.growth_interval = growth_interval;
+  return o;
+}
+
+TEST(LossScaler, BacksOffAndSkipsOnInf) {
+  LossScaler s(scaler_opts());
+  EXPECT_EQ(s.scale(), 1024.0);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 512.0);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 256.0);
+  EXPECT_EQ(s.skipped_steps(), 2);
+}
+
+TEST(LossScaler, GrowsAfterExactlyGrowthIntervalGoodSteps) {
+  LossScaler s(scaler_opts(3));
+  EXPECT_FALSE(s.update(false));
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 1024.0);  // 2 good steps: not yet
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 2048.0);  // the 3rd: grows
+  // An inf resets the counter: 2 good, inf, 2 good -> no growth; the 3rd after the inf grows.
+  s.update(false);
+  s.update(false);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 1024.0);
+  s.update(false);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 1024.0);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 2048.0);
+  EXPECT_EQ(s.skipped_steps(), 1);
+}
+
+TEST(LossScaler, ScaleLossAndUnscaleAreExact) {
+  LossScaler s(scaler_opts());
+  const torch::Tensor loss = torch::tensor(0.3f);
+  EXPECT_EQ(s.scale_loss(loss).item<float>(), 0.3f * 1024.0f);
+  torch::manual_seed(0);
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kFloat16}) {
+    const torch::Tensor g0 = torch::randn({257}, torch::dtype(dtype));
+    const torch::Tensor g1 = torch::randn({3, 5}, torch::dtype(dtype));
+    std::vector<torch::Tensor> grads = {g0 * 1024, g1 * 1024, torch::Tensor()};
+    EXPECT_EQ(s.unscale_and_count_nonfinite(grads), 0);
+    EXPECT_TRUE(torch::equal(grads[0], g0)) << dtype;  // powers of two divide exactly
+    EXPECT_TRUE(torch::equal(grads[1], g1)) << dtype;
+  }
+}
+
+TEST(LossScaler, NonFiniteGradsAreCountedAndLeftScaled) {
+  LossScaler s(scaler_opts());
+  torch::Tensor a = torch::full({4}, 2048.0f);
+  torch::Tensor b = torch::tensor({1.0f, std::numeric_limits<float>::infinity(),
+                                   std::numeric_limits<float>::quiet_NaN()});
+  std::vector<torch::Tensor> grads = {a, b};
+  EXPECT_EQ(s.unscale_and_count_nonfinite(grads), 2);
+  EXPECT_EQ(a[0].item<float>(), 2048.0f);  // not unscaled: the step will be skipped
+  EXPECT_EQ(s.unscale_and_count_nonfinite({}), 0);
+}
+
+TEST(LossScaler, DisabledIsANoOpWithScaleOne) {
+  LossScaler s(LossScalerOptions{});  // enabled = false
+  EXPECT_EQ(s.scale(), 1.0);
+  const torch::Tensor loss = torch::tensor(0.7f);
+  EXPECT_TRUE(torch::equal(s.scale_loss(loss), loss));
+  const torch::Tensor g0 = torch::randn({16});
+  std::vector<torch::Tensor> grads = {g0.clone()};
+  EXPECT_EQ(s.unscale_and_count_nonfinite(grads), 0);
+  EXPECT_TRUE(torch::equal(grads[0], g0));
+  for (int i = 0; i < 5000; ++i) ASSERT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 1.0);
+  EXPECT_TRUE(s.update(true));  // a non-finite step is still skipped
+  EXPECT_EQ(s.scale(), 1.0);
+}
+
+TEST(LossScaler, StateRoundTrip) {
+  LossScaler a(scaler_opts(4));
+  a.update(true);
+  a.update(false);
+  a.update(false);
+  const std::vector<double> st = a.state();
+  ASSERT_EQ(st.size(), 3u);
+  LossScaler b(scaler_opts(4));
+  b.load_state(st);
+  EXPECT_EQ(b.state(), st);
+  EXPECT_EQ(b.scale(), 512.0);
+  EXPECT_EQ(b.skipped_steps(), 1);
+  // Both continue identically: 2 more good steps grow both.
+  for (LossScaler* s : {&a, &b}) {
+    s->update(false);
+    s->update(false);
+  }
+  EXPECT_EQ(a.scale(), 1024.0);
+  EXPECT_EQ(a.state(), b.state());
+  EXPECT_THROW(b.load_state({1.0, 2.0}), UserError);
+  EXPECT_THROW(b.load_state({-1.0, 0.0, 0.0}), UserError);
+}
+
+TEST(LossScaler, BadOptionsThrowUserError) {
+  LossScalerOptions o = scaler_opts();
+  o.init_scale = 0.0;
+  expect_user_error([o] { LossScaler s(o); }, {"init_scale"});
+  o = scaler_opts();
+  o.growth_factor = 1.0;
+  expect_user_error([o] { LossScaler s(o); }, {"growth_factor"});
+  o = scaler_opts();
+  o.backoff_factor = 1.0;
+  expect_user_error([o] { LossScaler s(o); }, {"backoff_factor"});
+  o = scaler_opts();
+  o.growth_interval = 0;
+  expect_user_error([o] { LossScaler s(o); }, {"growth_interval"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+// Independent SSIM: explicit loops over every valid 11x11 window, in double.
+double naive_ssim(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor x = a.to(torch::kFloat64).contiguous();
+  const torch::Tensor y = b.to(torch::kFloat64).contiguous();
+  const int64_t H = x.size(0), W = x.size(1), C = x.size(2), K = 11;
+  const auto xa = x.accessor<double, 3>();
+  const auto ya = y.accessor<double, 3>();
+  double w[11][11], wsum = 0;
+  for (int i = 0; i < K; ++i)
+    for (int j = 0; j < K; ++j) {
+      const double di = i - 5.0, dj = j - 5.0;
+      w[i][j] = std::exp(-(di * di + dj * dj) / (2 * 1.5 * 1.5));
+      wsum += w[i][j];
+    }
+  const double c1 = 0.01 * 0.01, c2 = 0.03 * 0.03;
+  double total = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    double chan = 0;
+    for (int64_t r = 0; r + K <= H; ++r)
+      for (int64_t q = 0; q + K <= W; ++q) {
+        double mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+        for (int i = 0; i < K; ++i)
+          for (int j = 0; j < K; ++j) {
+            const double wt = w[i][j] / wsum;
+            const double u = xa[r + i][q + j][c], v = ya[r + i][q + j][c];
+            mx += wt * u;
+            my += wt * v;
+            sxx += wt * u * u;
+            syy += wt * v * v;
+            sxy += wt * u * v;
+          }
+        const double vx = sxx - mx * mx, vy = syy - my * my, cxy = sxy - mx * my;
+        chan += ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2));
+      }
+    total += chan / static_cast<double>((H - K + 1) * (W - K + 1));
+  }
+  return total / static_cast<double>(C);
+}
+
+TEST(Metrics, PsnrOfIdenticalImagesIsInfinite) {
+  const torch::Tensor img = torch::rand({8, 9, 3});
+  EXPECT_EQ(tessera::mse(img, img), 0.0);
+  const double p = tessera::psnr(img, img.clone());
+  EXPECT_TRUE(std::isinf(p) && p > 0);
+}
+
+TEST(Metrics, PsnrOfConstantOffset) {
+  for (double d : {0.5, 0.25, 0.0625, 0.1, 0.03}) {
+    const torch::Tensor a = torch::full({16, 12, 3}, 0.2, torch::kFloat64);
+    const torch::Tensor b = a + d;
+    const double dd = (b - a).abs().max().item<double>();  // d after rounding of the sum
+    EXPECT_NEAR(tessera::mse(a, b), dd * dd, 1e-15) << d;
+    EXPECT_NEAR(tessera::psnr(a, b), -20.0 * std::log10(dd), 1e-10) << d;
+  }
+  // Powers of two: exact in float32 as well.
+  const torch::Tensor z = torch::zeros({4, 4, 3});
+  EXPECT_DOUBLE_EQ(tessera::psnr(z, z + 0.25f), -20.0 * std::log10(0.25));
+}
+
+TEST(Metrics, SsimOfIdenticalImagesIsOne) {
+  torch::manual_seed(1);
+  const torch::Tensor img = torch::rand({24, 20, 3});
+  EXPECT_NEAR(tessera::ssim(img, img), 1.0, 1e-6);
+  const torch::Tensor flat = torch::full({11, 11, 3}, 0.4f);  // exactly one window
+  EXPECT_NEAR(tessera::ssim(flat, flat), 1.0, 1e-6);
+}
+
+TEST(Metrics, SsimMatchesNaiveReference) {
+  torch::manual_seed(2);
+  for (int trial = 0; trial < 3; ++trial) {
+    const torch::Tensor a = torch::rand({32, 32, 3});
+    const torch::Tensor b = (a + 0.2 * torch::randn({32, 32, 3})).clamp(0, 1);
+    const torch::Tensor c = torch::rand({32, 32, 3});  // independent
+    EXPECT_NEAR(tessera::ssim(a, b), naive_ssim(a, b), 1e-6);
+    EXPECT_NEAR(tessera::ssim(a, c), naive_ssim(a, c), 1e-6);
+  }
+  // Non-square, one channel, minimum height.
+  const torch::Tensor a = torch::rand({11, 29, 1}), b = torch::rand({11, 29, 1});
+  EXPECT_NEAR(tessera::ssim(a, b), naive_ssim(a, b), 1e-6);
+}
+
+TEST(Metrics, SsimDecreasesWithNoise) {
+  torch::manual_seed(3);
+  const torch::Tensor img = torch::rand({48, 40, 3});
+  const torch::Tensor noise = torch::randn({48, 40, 3});
+  double prev = tessera::ssim(img, img);
+  for (double sigma : {0.01, 0.05, 0.1, 0.3}) {
+    const double s = tessera::ssim(img, img + sigma * noise);
+    EXPECT_LT(s, prev) << sigma;
+    prev = s;
+  }
+  EXPECT_LT(prev, 0.8);  // sigma 0.3 on a uniform-random image: about 0.64
+}
+
+TEST(Metrics, BadInputsAreClearErrors) {
+  const torch::Tensor small = torch::rand({10, 32, 3});
+  expect_user_error([&] { tessera::ssim(small, small); }, {"10x32", "11x11"});
+  const torch::Tensor narrow = torch::rand({32, 8, 3});
+  EXPECT_THROW(tessera::ssim(narrow, narrow), UserError);
+  EXPECT_THROW(tessera::mse(torch::rand({4, 4, 3}), torch::rand({4, 5, 3})), std::invalid_argument);
+  EXPECT_THROW(tessera::psnr(torch::rand({4, 4}), torch::rand({4, 4})), std::invalid_argument);
+  EXPECT_THROW(tessera::mse(torch::zeros({0, 4, 3}), torch::zeros({0, 4, 3})),
+               std::invalid_argument);
+}
+
+TEST(Metrics, CudaMatchesCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(4);
+  const torch::Tensor a = torch::rand({32, 40, 3}), b = torch::rand({32, 40, 3});
+  const torch::Device cuda(torch::kCUDA);
+  EXPECT_NEAR(tessera::ssim(a.to(cuda), b.to(cuda)), tessera::ssim(a, b), 1e-9);
+  EXPECT_NEAR(tessera::psnr(a.to(cuda), b), tessera::psnr(a, b), 1e-9);
+  LossScaler s(scaler_opts());
+  std::vector<torch::Tensor> grads = {torch::full({8}, 4096.0f, cuda)};
+  EXPECT_EQ(s.unscale_and_count_nonfinite(grads), 0);
+  EXPECT_EQ(grads[0][0].item<float>(), 4.0f);
+}
+
+}  // namespace
