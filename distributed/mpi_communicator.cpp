@@ -87,6 +87,26 @@ MpiCommunicator::MpiCommunicator(ProcessContext& context)
   create_mpi_types();
 }
 
+namespace {
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+int size_of(MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  return size;
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(ProcessContext& context, MPI_Comm comm)
+    : Communicator(rank_in(comm), size_of(comm)), context_(context) {
+  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  create_mpi_types();
+}
+
 MpiCommunicator::~MpiCommunicator() {
   // Freeing a communicator may synchronize with peers; skip it while an exception unwinds (the
   // job is about to be aborted) or after MPI is gone.

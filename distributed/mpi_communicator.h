@@ -10,6 +10,9 @@ namespace tessera::distributed {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(ProcessContext& context);
+  // Over a duplicate of `comm` (e.g. MPI_COMM_SELF for a single-rank reference inside a
+  // multi-rank job); rank and size are those of `comm`.
+  MpiCommunicator(ProcessContext& context, MPI_Comm comm);
   ~MpiCommunicator() override;
 
   Backend backend() const override { return Backend::Mpi; }

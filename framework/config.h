@@ -28,7 +28,40 @@ struct ModelConfig {
 
 // [train] — the optimization loop.
 struct TrainConfig {
-  int64_t steps = 0;  // optimizer steps
+  int64_t steps = 0;          // optimizer steps
+  int64_t rays_per_step = 0;  // global batch of rays per step, split across ranks
+  int64_t micro_batches = 0;  // gradient accumulation: micro-batches per step on each rank
+  double lr = 0.0;            // peak learning rate
+  std::string lr_schedule;    // constant | exponential | cosine
+  double final_lr = 0.0;      // learning rate at the last step (exponential, cosine)
+  int64_t warmup_steps = 0;   // linear warm-up steps
+  std::string precision;      // fp32 | bf16 | fp16 (the last two on CUDA)
+  int64_t log_every = 0;      // steps between progress lines and metrics records
+};
+
+// [sampling] — dynamic sampling: the fraction of training rays drawn per epoch.
+struct SamplingConfig {
+  std::string schedule;  // constant | linear | cosine | step
+  double rate_max = 0.0;
+  double rate_min = 0.0;
+  int64_t step_every = 0;   // step schedule: steps between reductions
+  double step_factor = 0.0;  // step schedule: factor per reduction
+  bool rescale_lr = false;   // scale the LR with the rate
+};
+
+// [checkpoint] — activation checkpointing per rank.
+struct CheckpointConfig {
+  std::string policy;     // none | segments | budget
+  std::string segments;   // segments policy: comma-separated segment names
+  int64_t every = 0;      // segments policy: every N-th segment (0 = off)
+  double budget_mib = 0;  // budget policy: activation memory per rank
+};
+
+// [eval] — evaluation on held-out views.
+struct EvalConfig {
+  int64_t every = 0;      // steps between evaluations; 0 = only at the end
+  std::string split;      // val | test | train
+  int64_t max_views = 0;  // views rendered per evaluation
 };
 
 // [distributed] — the communicator and per-rank resources.
@@ -37,15 +70,20 @@ struct DistributedConfig {
   double timeout_s = 0.0;        // a collective slower than this aborts the job
   int64_t threads = 0;           // intra-op CPU threads per rank; 0 = node cores / local ranks
   bool check_agreement = false;  // debug: verify agreed values are identical on every rank
+  double first_bucket_mib = 0;   // gradient sync: size of the first (earliest) bucket
+  double bucket_mib = 0;         // gradient sync: size of later buckets
 };
 
-// The resolved configuration. Sections [sampling] [checkpoint] [snapshot] [eval] are accepted in
-// files but have no keys yet. The reference of every key is docs/config.md.
+// The resolved configuration. Section [snapshot] is accepted in files but has no keys yet. The
+// reference of every key is docs/config.md.
 struct Config {
   RunConfig run;
   DataConfig data;
   ModelConfig model;
   TrainConfig train;
+  SamplingConfig sampling;
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
   DistributedConfig distributed;
   std::string source_path;  // the file it was loaded from ("" if none)
 };

@@ -16,6 +16,8 @@ constexpr size_t kDoubleTextBytes = 32;
 constexpr double kMaxTrainSteps = 1e9;
 // One day: a collective that has not finished by then is a hang, not a slow network.
 constexpr double kMaxCollectiveTimeoutS = 86400.0;
+// 2^26 rays: far beyond one node's memory per step; a typo guard, not a tuning limit.
+constexpr double kMaxRaysPerStep = 67108864.0;
 
 bool is_run_name_char(char ch) {
   return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
@@ -111,6 +113,69 @@ const std::vector<KeySpec>& schema() {
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxTrainSteps)
           .doc("Optimizer steps."),
+      key("train", "rays_per_step", [](auto& c) -> auto& { return c.train.rays_per_step; })
+          .defaults_to(4096).range(1, kMaxRaysPerStep)
+          .doc("Global batch of rays per step, split evenly across ranks."),
+      key("train", "micro_batches", [](auto& c) -> auto& { return c.train.micro_batches; })
+          .defaults_to(1).range(1, 4096)
+          .doc("Gradient accumulation: micro-batches per step on each rank (same result as one batch)."),
+      key("train", "lr", [](auto& c) -> auto& { return c.train.lr; })
+          .defaults_to(1e-2).range_open_low(0, 10)
+          .doc("Peak learning rate (Adam)."),
+      key("train", "lr_schedule", [](auto& c) -> auto& { return c.train.lr_schedule; })
+          .defaults_to("exponential").one_of({"constant", "exponential", "cosine"})
+          .doc("Learning-rate schedule from `train.lr` to `train.final_lr` (docs/training.md)."),
+      key("train", "final_lr", [](auto& c) -> auto& { return c.train.final_lr; })
+          .defaults_to(1e-4).range_open_low(0, 10)
+          .doc("Learning rate at the last step (exponential and cosine schedules)."),
+      key("train", "warmup_steps", [](auto& c) -> auto& { return c.train.warmup_steps; })
+          .defaults_to(0).at_least(0)
+          .doc("Steps of linear learning-rate warm-up."),
+      key("train", "precision", [](auto& c) -> auto& { return c.train.precision; })
+          .defaults_to("fp32").one_of({"fp32", "bf16", "fp16"})
+          .doc("Arithmetic: bf16 autocast, or fp16 with a dynamic loss scaler (both CUDA only)."),
+      key("train", "log_every", [](auto& c) -> auto& { return c.train.log_every; })
+          .defaults_to(50).range(1, kMaxTrainSteps)
+          .doc("Steps between progress lines and metrics.jsonl records."),
+      key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
+          .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
+          .doc("Schedule of the sampling rate, the fraction of training rays drawn per epoch."),
+      key("sampling", "rate_max", [](auto& c) -> auto& { return c.sampling.rate_max; })
+          .defaults_to(1.0).range_open_low(0, 1)
+          .doc("Sampling rate at the first step."),
+      key("sampling", "rate_min", [](auto& c) -> auto& { return c.sampling.rate_min; })
+          .defaults_to(1.0).range_open_low(0, 1)
+          .doc("Lowest sampling rate (reached at the last step by linear and cosine)."),
+      key("sampling", "step_every", [](auto& c) -> auto& { return c.sampling.step_every; })
+          .defaults_to(1000).range(1, kMaxTrainSteps)
+          .doc("Step schedule: steps between rate reductions."),
+      key("sampling", "step_factor", [](auto& c) -> auto& { return c.sampling.step_factor; })
+          .defaults_to(0.5).range_open_low(0, 1)
+          .doc("Step schedule: factor applied to the rate at each reduction."),
+      key("sampling", "rescale_lr", [](auto& c) -> auto& { return c.sampling.rescale_lr; })
+          .defaults_to(false)
+          .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
+      key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
+          .defaults_to("none").one_of({"none", "segments", "budget"})
+          .doc("Activation checkpointing per rank (docs/checkpointing.md)."),
+      key("checkpoint", "segments", [](auto& c) -> auto& { return c.checkpoint.segments; })
+          .defaults_to("")
+          .doc("`segments` policy: comma-separated names of the model segments to recompute."),
+      key("checkpoint", "every", [](auto& c) -> auto& { return c.checkpoint.every; })
+          .defaults_to(0).at_least(0)
+          .doc("`segments` policy: recompute every N-th segment (0 = off)."),
+      key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
+          .defaults_to(0.0).at_least(0)
+          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed."),
+      key("eval", "every", [](auto& c) -> auto& { return c.eval.every; })
+          .defaults_to(0).at_least(0)
+          .doc("Steps between evaluations; 0 = only at the end."),
+      key("eval", "split", [](auto& c) -> auto& { return c.eval.split; })
+          .defaults_to("val").one_of({"val", "test", "train"})
+          .doc("Views evaluated (PSNR, SSIM, rendered PNGs)."),
+      key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
+          .defaults_to(4).range(1, 100000)
+          .doc("Views rendered per evaluation."),
       key("distributed", "backend", [](auto& c) -> auto& { return c.distributed.backend; })
           .defaults_to("auto").one_of({"auto", "mpi", "nccl"})
           .doc("Communicator: `auto` uses NCCL for CUDA tensors and MPI for CPU."),
@@ -124,6 +189,13 @@ const std::vector<KeySpec>& schema() {
           [](auto& c) -> auto& { return c.distributed.check_agreement; })
           .defaults_to(false)
           .doc("Debug mode: check each step that agreed values are identical on every rank."),
+      key("distributed", "first_bucket_mib",
+          [](auto& c) -> auto& { return c.distributed.first_bucket_mib; })
+          .defaults_to(1.0).range_open_low(0, 4096)
+          .doc("Gradient sync: size of the first bucket, small so communication starts early."),
+      key("distributed", "bucket_mib", [](auto& c) -> auto& { return c.distributed.bucket_mib; })
+          .defaults_to(25.0).range_open_low(0, 4096)
+          .doc("Gradient sync: size of the later buckets."),
   };
   return kSchema;
 }

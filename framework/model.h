@@ -4,11 +4,13 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "distributed/communicator.h"
 #include "framework/config.h"
 
 namespace tessera {
@@ -19,22 +21,74 @@ struct ParamGroup {
   std::vector<torch::Tensor> params;
 };
 
+// A batch of rays in world space (OpenCV cameras, DESIGN.md §5). All tensors on the model's device.
+struct RayBatch {
+  torch::Tensor origins;     // [R, 3] float32
+  torch::Tensor directions;  // [R, 3] float32, unit length
+  torch::Tensor near;        // [R] float32, ray start distance
+  torch::Tensor far;         // [R] float32, ray end distance
+  torch::Tensor target_rgb;  // [R, 3] float32 in [0, 1], composited over `background`; undefined
+                             // when rendering without a target
+  torch::Tensor background;  // [3] float32 in [0, 1]
+  torch::Tensor ray_ids;     // [R] int64: each ray's index in the step's global batch (seeds
+                             // per-ray randomness such as sample jitter)
+};
+
+// What a model renders for a RayBatch. `rgb` is already composited over the batch's background.
+struct RenderResult {
+  torch::Tensor rgb;      // [R, 3]
+  torch::Tensor opacity;  // [R]
+  torch::Tensor depth;    // [R]
+  int64_t samples = 0;    // samples evaluated (for statistics)
+};
+
+// Where in training a call happens. Any randomness a model draws must be a pure function of
+// (seed, step) and of the ray's identity, never of the rank or of the batch split, so that N ranks
+// train exactly like one (DESIGN.md invariant 1).
+struct StepContext {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  bool training = true;
+};
+
+// What a factory gets besides the config: the scene's geometry and the device.
+struct ModelContext {
+  std::array<double, 6> scene_bounds{};  // xmin, ymin, zmin, xmax, ymax, zmax
+  double near = 0.0;
+  double far = 0.0;
+  torch::Device device = torch::kCPU;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
   virtual std::string name() const = 0;
+  // Every trainable tensor, in a fixed order identical on every rank.
   virtual std::vector<ParamGroup> parameter_groups() = 0;
+  // Renders `rays`; differentiable with respect to the parameters when autograd is on.
+  virtual RenderResult render(const RayBatch& rays, const StepContext& context) = 0;
+  // Called on every rank after each optimizer step, in step order. Collective when the model keeps
+  // state agreed across ranks (the NeRF occupancy grid): every rank must call it.
+  virtual void after_step(const StepContext& context, distributed::Communicator& comm) {}
+  // Names of the segments that activation checkpointing may recompute, in forward order.
+  virtual std::vector<std::string> segment_names() const { return {}; }
+  // Segments to checkpoint from now on (a subset of segment_names()).
+  virtual void set_checkpointed_segments(const std::vector<std::string>& names) {}
+  // Non-parameter state that must be saved and restored exactly (e.g. the occupancy grid).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> state_tensors() { return {}; }
 };
 
-using ModelFactory = std::function<std::unique_ptr<Model>(const Config&)>;
+using ModelFactory = std::function<std::unique_ptr<Model>(const Config&, const ModelContext&)>;
 
 // Models by name. An unknown name throws UserError listing the known ones.
 class ModelRegistry {
  public:
   void add(const std::string& name, ModelFactory factory);
-  std::unique_ptr<Model> create(const Config& config) const;
+  std::unique_ptr<Model> create(const Config& config, const ModelContext& context) const;
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
+  // Throws UserError naming `origin` and listing the known models unless `name` is registered.
+  void require(const std::string& name, const std::string& origin) const;
 
  private:
   std::vector<std::pair<std::string, ModelFactory>> factories_;

@@ -23,14 +23,20 @@ std::vector<std::string> ModelRegistry::names() const {
   return out;
 }
 
-std::unique_ptr<Model> ModelRegistry::create(const Config& config) const {
-  for (const auto& [name, factory] : factories_)
-    if (name == config.model.name) return factory(config);
+void ModelRegistry::require(const std::string& name, const std::string& origin) const {
+  if (contains(name)) return;
   std::string known;
-  for (const std::string& name : names()) known += (known.empty() ? "" : ", ") + name;
+  for (const std::string& entry : names()) known += (known.empty() ? "" : ", ") + entry;
   if (known.empty()) known = "none in this build yet";
-  throw UserError(config.source_path + ": unknown model.name '" + config.model.name +
-                  "' (known: " + known + ")");
+  throw UserError(origin + ": unknown model.name '" + name + "' (known: " + known + ")");
+}
+
+std::unique_ptr<Model> ModelRegistry::create(const Config& config,
+                                             const ModelContext& context) const {
+  require(config.model.name, config.source_path);
+  for (const auto& [name, factory] : factories_)
+    if (name == config.model.name) return factory(config, context);
+  return nullptr;  // unreachable: require() threw
 }
 
 }  // namespace tessera

@@ -1,14 +1,18 @@
 // `tessera train CONFIG`: loads and validates the config (before MPI starts, so bad input is
-// reported once), prints it on request, then sets up ranks, logging and the model.
+// reported once), prints it on request, then sets up ranks, logging, dataset, model and Trainer.
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
+#include "framework/checkpoint_policy.h"
 #include "framework/config.h"
+#include "framework/data/scene.h"
 #include "framework/log.h"
 #include "framework/model.h"
+#include "framework/trainer.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
 
@@ -23,6 +27,73 @@ struct TrainOptions {
   bool print_config = false;
 };
 
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::stringstream in(text);
+  for (std::string name; std::getline(in, name, ',');) {
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (!name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
+// The Trainer's options from the resolved config. The schedules check their own combinations
+// (e.g. rate_min <= rate_max) when built, which happens before MPI starts.
+TrainerOptions trainer_options(const Config& config) {
+  TrainerOptions o;
+  o.steps = config.train.steps;
+  o.rays_per_step = config.train.rays_per_step;
+  o.micro_batches = config.train.micro_batches;
+  o.seed = static_cast<uint64_t>(config.run.seed);
+  o.lr.name = config.train.lr_schedule;
+  o.lr.lr = config.train.lr;
+  o.lr.final_lr = config.train.final_lr;
+  o.lr.total_steps = config.train.steps;
+  o.lr.warmup_steps = config.train.warmup_steps;
+  o.sampling.name = config.sampling.schedule;
+  o.sampling.rate_max = config.sampling.rate_max;
+  o.sampling.rate_min = config.sampling.rate_min;
+  o.sampling.total_steps = config.train.steps;
+  o.sampling.step_every = config.sampling.step_every;
+  o.sampling.step_factor = config.sampling.step_factor;
+  o.rescale_lr = config.sampling.rescale_lr;
+  o.precision = config.train.precision;
+  o.log_every = config.train.log_every;
+  o.eval_every = config.eval.every;
+  o.eval_split = config.eval.split;
+  o.eval_max_views = config.eval.max_views;
+  o.out_dir = config.run.out_dir;
+  o.check_agreement = config.distributed.check_agreement;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  o.grad_sync.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mib * kMiB);
+  o.grad_sync.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mib * kMiB);
+  return o;
+}
+
+// Applies [checkpoint] to the model and logs the plan on every rank.
+void apply_checkpoint_policy(const Config& config, Model& model) {
+  CheckpointPolicyOptions options;
+  options.segments = split_names(config.checkpoint.segments);
+  options.every = config.checkpoint.every;
+  options.budget_mib = config.checkpoint.budget_mib;
+  if (config.checkpoint.policy == "budget")
+    throw UserError(config.source_path + ": checkpoint.policy = \"budget\" needs per-segment "
+                    "memory measurements, which model '" + model.name() +
+                    "' does not provide yet; use \"segments\" or \"none\"");
+  const auto policy = make_checkpoint_policy(config.checkpoint.policy, options);
+  std::vector<SegmentInfo> segments;
+  for (const std::string& name : model.segment_names()) segments.push_back({name, 0, 0});
+  const CheckpointPlan plan = policy->plan(segments);
+  std::vector<std::string> chosen;
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (plan.is_checkpointed(i)) chosen.push_back(segments[i].name);
+  model.set_checkpointed_segments(chosen);
+  spdlog::info("activation checkpointing ({}): {} of {} segments recomputed{}",
+               config.checkpoint.policy, chosen.size(), segments.size(),
+               chosen.empty() ? "" : "\n" + plan.text);
+}
+
 int run_train(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (!options.log_level.empty()) overrides.push_back("run.log_level=" + options.log_level);
@@ -32,9 +103,18 @@ int run_train(const TrainOptions& options) {
     if (launcher_rank() == 0) std::cout << resolved << std::flush;
     return kExitOk;
   }
+  // Everything that can be checked without MPI is checked here, so that bad input is reported
+  // once and no rank starts: model name, dataset, schedules.
   ModelRegistry registry;
   models::register_builtin_models(registry);
-  if (!registry.contains(config.model.name)) registry.create(config);  // throws, listing names
+  registry.require(config.model.name, config.source_path);
+  if (config.data.path.empty())
+    throw UserError(config.source_path + ": data.path is empty; make a dataset with `tessera "
+                    "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
+  const data::SceneReader scene(config.data.path);
+  TrainerOptions trainer = trainer_options(config);
+  LrSchedule{trainer.lr};
+  SamplingSchedule{trainer.sampling};
 
   distributed::ProcessContext context(nullptr, nullptr, config.distributed.timeout_s);
   std::error_code ignored;
@@ -48,8 +128,24 @@ int run_train(const TrainOptions& options) {
   spdlog::info("resolved config:\n{}", resolved);
   distributed::check_same_on_all_ranks(context, distributed::fingerprint(resolved),
                                        "the resolved config (check --set flags and config files)");
-  std::unique_ptr<Model> model = registry.create(config);
-  spdlog::info("model {} built", model->name());
+
+  const torch::Device device = context.one_cuda_device_per_rank()
+                                   ? torch::Device(torch::kCUDA, context.cuda_device_index())
+                                   : torch::Device(torch::kCPU);
+  auto comm = distributed::make_communicator(context, config.distributed.backend, device);
+  ModelContext model_context;
+  model_context.scene_bounds = scene.meta().scene_bounds;
+  model_context.near = scene.meta().near;
+  model_context.far = scene.meta().far;
+  model_context.device = device;
+  std::unique_ptr<Model> model = registry.create(config, model_context);
+  apply_checkpoint_policy(config, *model);
+  spdlog::info("model {} on {}, dataset {} ({} cameras), backend {}", model->name(), device.str(),
+               config.data.path, scene.cameras().size(), distributed::to_string(comm->backend()));
+
+  Trainer trainer_loop(context, *comm, *model, scene, trainer);
+  const TrainSummary summary = trainer_loop.run();
+  (void)summary;  // the Trainer prints and records the summary on rank 0
   return kExitOk;
 }
 

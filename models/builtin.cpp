@@ -2,11 +2,14 @@
 // (hash-grid and MLP NeRF in models/nerf/, 3D Gaussians in models/gaussians/).
 #include "models/builtin.h"
 
+#include "models/nerf/nerf_hash.h"
+#include "models/nerf/nerf_mlp.h"
+
 namespace tessera::models {
 
 void register_builtin_models(ModelRegistry& registry) {
-  // No model family has landed yet; the NeRF and Gaussian issues register theirs here.
-  (void)registry;
+  registry.add("nerf-hash", nerf::make_nerf_hash);
+  registry.add("nerf-mlp", nerf::make_nerf_mlp);
 }
 
 }  // namespace tessera::models

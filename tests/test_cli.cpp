@@ -330,7 +330,7 @@ TEST_F(CliTest, PrintConfigIsTomlThatRoundTrips) {
   for (const char* section : {"[run]", "[data]", "[model]", "[train]", "[distributed]"})
     EXPECT_TRUE(contains(first.out, std::string("\n") + section + "\n")) << section << "\n"
                                                                           << describe(first);
-  EXPECT_TRUE(contains(first.out, "steps = 2000")) << describe(first);
+  EXPECT_TRUE(contains(first.out, "\nsteps = 800\n")) << describe(first);
   EXPECT_TRUE(contains(first.out, "name = \"nerf-hash\"")) << describe(first);
 
   const std::string copy = temp_file("resolved.toml", first.out);
@@ -356,7 +356,7 @@ TEST_F(CliTest, SetOverridesAppearInPrintConfig) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "out_dir = \"/tmp/some/path\"\n")) << describe(r);
   EXPECT_TRUE(contains(r.out, "steps = 5\n")) << describe(r);
-  EXPECT_FALSE(contains(r.out, "steps = 2000")) << describe(r);
+  EXPECT_FALSE(contains(r.out, "\nsteps = 800\n")) << describe(r);
   EXPECT_FALSE(fs::exists("/tmp/some/path")) << "--print-config must create nothing";
 }
 
@@ -448,11 +448,53 @@ TEST_F(CliTest, BadValueInSetNamesOverride) {
 TEST_F(CliTest, TrainUnknownModelExits2AndCreatesNothing) {
   const std::string out_dir = temp_path("run_out");
   ASSERT_FALSE(fs::exists(out_dir));
-  const CommandResult r = tessera({"train", demo_config_, "--set", "run.out_dir=" + out_dir});
+  const CommandResult r = tessera({"train", demo_config_, "--set", "run.out_dir=" + out_dir,
+                                   "--set", "model.name=nerf-nope"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "model.name 'nerf-hash'")) << describe(r);
-  EXPECT_TRUE(contains(r.err, "known")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "model.name 'nerf-nope'")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "known: nerf-hash, nerf-mlp")) << describe(r);
   EXPECT_FALSE(fs::exists(out_dir)) << "the run directory was created before the model check";
+}
+
+TEST_F(CliTest, TrainMissingDatasetExits2AndCreatesNothing) {
+  const std::string out_dir = temp_path("run_out");
+  const std::string missing = temp_path("no_such_scene.h5");
+  const CommandResult r = tessera({"train", demo_config_, "--set", "run.out_dir=" + out_dir,
+                                   "--set", "data.path=" + missing});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, missing)) << describe(r);
+  EXPECT_FALSE(fs::exists(out_dir)) << "the run directory was created before the dataset check";
+  const CommandResult empty = tessera({"train", demo_config_, "--set", "run.out_dir=" + out_dir,
+                                       "--set", "data.path=\"\""});
+  EXPECT_EQ(empty.exit_code, 2) << describe(empty);
+  EXPECT_TRUE(contains(empty.err, "data.path is empty")) << describe(empty);
+}
+
+TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
+  const std::string scene = temp_path("scene.h5");
+  const CommandResult synth = tessera({"synth", "--preset", "objects", "--out", scene, "--views",
+                                       "12", "--width", "32", "--height", "24"});
+  ASSERT_EQ(synth.exit_code, 0) << describe(synth);
+  const std::string out_dir = temp_path("run");
+  const CommandResult r = mpi_tessera(
+      2, {"train", demo_config_, "--set", "data.path=" + scene, "--set", "run.out_dir=" + out_dir,
+          "--set", "train.steps=6", "--set", "train.rays_per_step=256", "--set",
+          "train.log_every=3", "--set", "eval.max_views=1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "step 6/6 loss ")) << "progress line:\n" << describe(r);
+  EXPECT_TRUE(contains(r.err, "eval psnr")) << describe(r);
+  const std::vector<std::string> records = lines_of(read_file(out_dir + "/metrics.jsonl"));
+  ASSERT_GE(records.size(), 2u) << "metrics.jsonl";
+  for (const std::string& key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"sampling_rate\":",
+                                 "\"rays_per_s\":", "\"peak_mem_bytes\":", "\"psnr\":"})
+    EXPECT_TRUE(contains(records[0], key)) << key << " missing in " << records[0];
+  EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-0.log"));
+  EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-1.log"));
+  EXPECT_TRUE(contains(read_file(out_dir + "/logs/rank-1.log"), "[rank 1]"));
+  size_t renders = 0;
+  for (const auto& entry : fs::directory_iterator(out_dir + "/renders"))
+    renders += entry.path().extension() == ".png" ? 1 : 0;
+  EXPECT_EQ(renders, 1u) << "one eval view at the end";
 }
 
 // ---- config-reference --------------------------------------------------------------------------

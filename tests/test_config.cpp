@@ -55,6 +55,29 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.distributed.timeout_s, b.distributed.timeout_s);  // exact, not approximate
   EXPECT_EQ(a.distributed.threads, b.distributed.threads);
   EXPECT_EQ(a.distributed.check_agreement, b.distributed.check_agreement);
+  EXPECT_EQ(a.distributed.first_bucket_mib, b.distributed.first_bucket_mib);
+  EXPECT_EQ(a.distributed.bucket_mib, b.distributed.bucket_mib);
+  EXPECT_EQ(a.train.rays_per_step, b.train.rays_per_step);
+  EXPECT_EQ(a.train.micro_batches, b.train.micro_batches);
+  EXPECT_EQ(a.train.lr, b.train.lr);
+  EXPECT_EQ(a.train.lr_schedule, b.train.lr_schedule);
+  EXPECT_EQ(a.train.final_lr, b.train.final_lr);
+  EXPECT_EQ(a.train.warmup_steps, b.train.warmup_steps);
+  EXPECT_EQ(a.train.precision, b.train.precision);
+  EXPECT_EQ(a.train.log_every, b.train.log_every);
+  EXPECT_EQ(a.sampling.schedule, b.sampling.schedule);
+  EXPECT_EQ(a.sampling.rate_max, b.sampling.rate_max);
+  EXPECT_EQ(a.sampling.rate_min, b.sampling.rate_min);
+  EXPECT_EQ(a.sampling.step_every, b.sampling.step_every);
+  EXPECT_EQ(a.sampling.step_factor, b.sampling.step_factor);
+  EXPECT_EQ(a.sampling.rescale_lr, b.sampling.rescale_lr);
+  EXPECT_EQ(a.checkpoint.policy, b.checkpoint.policy);
+  EXPECT_EQ(a.checkpoint.segments, b.checkpoint.segments);
+  EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
+  EXPECT_EQ(a.checkpoint.budget_mib, b.checkpoint.budget_mib);
+  EXPECT_EQ(a.eval.every, b.eval.every);
+  EXPECT_EQ(a.eval.split, b.eval.split);
+  EXPECT_EQ(a.eval.max_views, b.eval.max_views);
   // Covers keys added later that this list does not name yet (source_path is only a comment).
   Config a_text = a, b_text = b;
   a_text.source_path = b_text.source_path = "";
@@ -152,7 +175,9 @@ TEST(ConfigFile, DemoConfigLoads) {
   EXPECT_EQ(c.run.out_dir, "runs/demo_nerf");
   EXPECT_EQ(c.model.name, "nerf-hash");
   EXPECT_EQ(c.data.path, "runs/demo_scene.h5");
-  EXPECT_EQ(c.train.steps, 2000);
+  EXPECT_EQ(c.train.steps, 800);
+  EXPECT_EQ(c.train.rays_per_step, 2048);
+  EXPECT_EQ(c.eval.max_views, 2);
   EXPECT_EQ(c.source_path, path);
 }
 
@@ -196,7 +221,8 @@ TEST(ConfigErrors, UnknownKeySuggestsClosestWithLine) {
 TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheSectionsKeys) {
   EXPECT_EQ(parse_error("[distributed]\nwhatever = 1\n"),
             "cfg.toml:2: unknown key 'distributed.whatever' "
-            "(known keys in [distributed]: backend, timeout_s, threads, check_agreement)");
+            "(known keys in [distributed]: backend, timeout_s, threads, check_agreement, "
+            "first_bucket_mib, bucket_mib)");
 }
 
 TEST(ConfigErrors, UnknownSectionListsKnownSections) {
@@ -309,7 +335,10 @@ TEST(ConfigErrors, NestingArraysAndTopLevelKeysNameTheKey) {
 TEST(ConfigSections, EmptyFutureSectionsAcceptedButTheirKeysRejected) {
   const Config c = parse_config("[sampling]\n[checkpoint]\n[snapshot]\n[eval]\n", "text");
   EXPECT_EQ(c.train.steps, 30000);
-  for (const std::string section : {"sampling", "checkpoint", "snapshot", "eval"}) {
+  EXPECT_EQ(c.sampling.schedule, "constant");
+  EXPECT_EQ(c.checkpoint.policy, "none");
+  EXPECT_EQ(c.eval.split, "val");
+  for (const std::string section : {"snapshot"}) {
     EXPECT_EQ(parse_error("[" + section + "]\nrate = 1\n"),
               "cfg.toml:2: unknown key '" + section + ".rate' ([" + section +
                   "] has no keys yet)");

@@ -1,0 +1,86 @@
+// The global ray batch of a NeRF step as a pure function of (seed, step, sampling schedule), its
+// per-rank slice, and the pixel -> ray math of OpenCV pinhole cameras (DESIGN.md §3, invariant 1).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "framework/data/scene.h"
+#include "framework/model.h"
+
+namespace tessera {
+
+// A stable 64-bit mix of (seed, index, purpose) for seeding generators; identical everywhere.
+uint64_t hash_seed(uint64_t seed, uint64_t index, const char* purpose);
+
+// Rays through pixel centers (x + 0.5, y + 0.5) of OpenCV cameras (x right, y down, z forward).
+// Lens distortion is ignored (pinhole). Directions are unit length; computed in float64.
+// x, y: [R] int64 pixel coordinates; camera: [R] int64 index into `cameras`.
+void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,  // [R]
+                const torch::Tensor& x, const torch::Tensor& y,                          // [R], [R]
+                torch::Tensor* origins, torch::Tensor* directions);  // out: [R, 3], [R, 3] f32
+
+struct RaySamplerOptions {
+  int64_t rays_per_step = 4096;  // global batch size R, the same on every rank
+  uint64_t seed = 0;
+};
+
+// One epoch of the sampling schedule: a random pool of ceil(rate * P) pixels, in shuffled order.
+struct SamplingEpoch {
+  int64_t index = 0;       // epoch number, from 0
+  int64_t first_step = 0;  // its first step
+  int64_t steps = 1;       // its length: max(1, floor(pool / R))
+  double rate = 1.0;       // the sampling rate at first_step
+  int64_t pool = 0;        // ceil(rate * P) pixels
+};
+
+// Holds every training pixel (all pixels of all train images, read once at construction as
+// uint8) and serves batches. Pixel ids number the pixels image by image (train order), row-major.
+class RaySampler {
+ public:
+  // `rate_at(step)` is the sampling schedule (fraction of the training pixels in an epoch's pool,
+  // in (0, 1]); it must be a pure function of the step.
+  RaySampler(const data::SceneReader& scene, RaySamplerOptions options,
+             std::function<double(int64_t)> rate_at);
+
+  int64_t num_pixels() const { return num_pixels_; }
+  int64_t rays_per_step() const { return options_.rays_per_step; }
+  const std::vector<size_t>& train_indices() const { return train_; }
+
+  // The epoch holding `step`. Epochs are found by iterating the schedule from step 0 (cached).
+  SamplingEpoch epoch_of(int64_t step);
+  // Global pixel ids of step `step`: [R] int64, a pure function of (seed, step, schedule).
+  torch::Tensor global_batch(int64_t step);
+  // The slice [rank*R/size, (rank+1)*R/size) of the global batch.
+  static std::pair<int64_t, int64_t> rank_slice(int64_t rays, int rank, int size);
+  // Rays, targets and ray ids (index in the global batch) of `ids` = global_batch(step)[begin:end].
+  RayBatch rays_for(const torch::Tensor& ids, int64_t first_ray_id, torch::Device device) const;
+  // Rays of this rank for `step`: rays_for(global_batch(step)[slice], slice.first).
+  RayBatch rank_batch(int64_t step, int rank, int size, torch::Device device);
+
+ private:
+  torch::Tensor pool_order(const SamplingEpoch& epoch);  // [pool] int64, cached per epoch
+
+  RaySamplerOptions options_;
+  std::function<double(int64_t)> rate_at_;
+  std::vector<data::Camera> cameras_;    // train cameras, in train order
+  std::vector<size_t> train_;            // dataset indices of the train cameras
+  torch::Tensor offsets_;                // [C + 1] int64: first pixel id of each image
+  torch::Tensor widths_;                 // [C] int64
+  torch::Tensor rgb_;                    // [P, 3] uint8
+  torch::Tensor alpha_;                  // [P] uint8, undefined without alpha
+  torch::Tensor background_;             // [3] float32
+  double near_ = 0.0, far_ = 0.0;
+  int64_t num_pixels_ = 0;
+
+  std::mutex mutex_;
+  std::vector<SamplingEpoch> epochs_;  // known epochs, in order
+  int64_t cached_epoch_ = -1;
+  torch::Tensor cached_order_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,96 @@
+// Trainer eval: renders eval views with their rows split across ranks (allgatherv assembles the
+// image on every rank), scores PSNR/SSIM against the dataset image and writes PNGs on rank 0.
+#include <cstdio>
+#include <filesystem>
+
+#include "framework/data/image_io.h"
+#include "framework/metrics.h"
+#include "framework/trainer.h"
+
+namespace tessera {
+
+namespace {
+
+// The dataset image as float32 [H, W, 3] in [0, 1], composited over the background when the
+// dataset has alpha (the same target the training rays use).
+torch::Tensor target_image(const data::SceneReader& scene, size_t index) {
+  torch::Tensor rgb = scene.read_image(index).to(torch::kFloat32) / 255.0f;
+  if (scene.has_alpha()) {
+    const torch::Tensor a = scene.read_alpha(index).to(torch::kFloat32).unsqueeze(2) / 255.0f;
+    const auto& bg = scene.meta().background;
+    const torch::Tensor b = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
+                                           static_cast<float>(bg[2])});
+    rgb = rgb * a + b * (1.0f - a);
+  }
+  return rgb;
+}
+
+}  // namespace
+
+torch::Tensor Trainer::render_view(size_t index, int64_t step) {
+  const data::Camera& cam = scene_.cameras().at(index);
+  const int64_t h = cam.height, w = cam.width;
+  // This rank's block of rows.
+  const int64_t row0 = h * comm_.rank() / comm_.size(), row1 = h * (comm_.rank() + 1) / comm_.size();
+  const int64_t n = (row1 - row0) * w;
+  const torch::Tensor pix = torch::arange(row0 * w, row1 * w, torch::kInt64);
+  const torch::Tensor y = pix.div(w, "floor"), x = pix - y * w;
+  RayBatch all;
+  pixel_rays({cam}, torch::zeros({n}, torch::kInt64), x, y, &all.origins, &all.directions);
+  const auto& bg = scene_.meta().background;
+  all.background = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
+                                  static_cast<float>(bg[2])}).to(device_);
+  StepContext ctx;
+  ctx.step = step;
+  ctx.seed = options_.seed;
+  ctx.training = false;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
+  for (int64_t b = 0; b < n; b += chunk) {
+    const int64_t m = std::min(chunk, n - b);
+    RayBatch rays;
+    rays.origins = all.origins.narrow(0, b, m).to(device_);
+    rays.directions = all.directions.narrow(0, b, m).to(device_);
+    rays.near = torch::full({m}, static_cast<float>(scene_.meta().near), device_);
+    rays.far = torch::full({m}, static_cast<float>(scene_.meta().far), device_);
+    rays.background = all.background;
+    rays.ray_ids = torch::arange(row0 * w + b, row0 * w + b + m, torch::kInt64).to(device_);
+    parts.push_back(model_.render(rays, ctx).rgb.to(torch::kFloat32));
+  }
+  torch::Tensor mine = parts.empty()
+                           ? torch::zeros({0, 3}, torch::TensorOptions().device(comm_.device()))
+                           : torch::cat(parts, 0).to(comm_.device());
+  return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, 3}).clamp(0.0, 1.0);
+}
+
+EvalResult Trainer::evaluate(int64_t step, bool write) {
+  const data::Split split = options_.eval_split == "train" ? data::Split::Train
+                            : options_.eval_split == "val" ? data::Split::Val
+                                                           : data::Split::Test;
+  std::vector<size_t> views = scene_.indices(split);
+  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
+    views.resize(options_.eval_max_views);
+  EvalResult result;
+  for (size_t v = 0; v < views.size(); ++v) {
+    const torch::Tensor image = render_view(views[v], step);
+    const torch::Tensor target = target_image(scene_, views[v]);
+    result.psnr += psnr(image, target);
+    result.ssim += ssim(image, target);
+    if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
+                    static_cast<long long>(step), views[v]);
+      const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
+      data::write_png((std::filesystem::path(options_.out_dir) / "renders" / name).string(), png);
+    }
+  }
+  result.views = static_cast<int64_t>(views.size());
+  if (result.views > 0) {
+    result.psnr /= result.views;
+    result.ssim /= result.views;
+  }
+  return result;
+}
+
+}  // namespace tessera

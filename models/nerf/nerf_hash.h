@@ -1,0 +1,80 @@
+// nerf-hash: the instant-ngp NeRF (Müller et al. 2022): multiresolution hash encoding, a small
+// density MLP, an SH-conditioned colour MLP, occupancy-grid ray marching and volume rendering.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/model.h"
+#include "kernels/hash_encoding.h"
+#include "models/nerf/nerf_common.h"
+#include "models/nerf/occupancy_grid.h"
+
+namespace tessera::models::nerf {
+
+// Defaults are sized for CPU training of the 128x128 demo scene in minutes (docs/nerf.md).
+struct NerfHashOptions {
+  // Hash grid. instant-ngp uses L=16, log2 T=19, N_max=2048 for 800 px scenes; the 128 px demo
+  // resolves no detail finer than ~1/256 of the box, so N_max = 256 (2x the image side), and 12
+  // levels from 16 keep b = (256/16)^(1/11) ~ 1.29, close to instant-ngp's ~1.38-1.5 spacing.
+  int levels = 12;
+  int features_per_level = 2;   // F = 2: instant-ngp's best quality/speed trade-off
+  int log2_hashmap_size = 15;   // T = 32768 rows: 12*32768*2 = 786k parameters (3 MiB); levels
+                                // past ~31^3 vertices hash, collisions are resolved by the MLP
+  int base_resolution = 16;     // N_min of instant-ngp
+  int finest_resolution = 256;  // N_max (see above)
+  float embedding_init = 1e-4f; // table ~ U(-1e-4, 1e-4), as instant-ngp
+  // MLPs (instant-ngp's sizes): density 1 hidden layer of 64 -> 16 features (the first is the
+  // log-density); colour 2 hidden layers of 64 on [features, SH(direction)].
+  int hidden_width = 64;
+  int geo_features = 16;
+  int color_hidden_layers = 2;
+  // trunc_exp: sigma = exp(min(x, kMaxLogDensity)); exp(15) ~ 3.3e6 is already opaque over any
+  // step, and the clamp keeps forward and backward finite.
+  float max_log_density = 15.0f;
+  // Marching: constant step = box diagonal / 256 (instant-ngp's bounded-scene default), cone 0.
+  int steps_per_diagonal = 256;
+  int64_t max_samples_per_ray = 1024;
+  // Occupancy grid, refreshed every `grid_update_interval` steps (instant-ngp: 16).
+  OccupancyGridOptions grid{};
+  int64_t grid_update_interval = 16;
+};
+
+class NerfHash : public Model {
+ public:
+  NerfHash(const NerfHashOptions& options, const ModelContext& context, uint64_t seed);
+
+  std::string name() const override { return "nerf-hash"; }
+  std::vector<ParamGroup> parameter_groups() override;
+  RenderResult render(const RayBatch& rays, const StepContext& context) override;
+  void after_step(const StepContext& context, distributed::Communicator& comm) override;
+  std::vector<std::string> segment_names() const override { return {"density_mlp", "color_mlp"}; }
+  void set_checkpointed_segments(const std::vector<std::string>& names) override;
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override;
+
+  OccupancyGrid& occupancy_grid() { return grid_; }
+  float step_size() const { return step_size_; }
+  // sigma at world positions [M, 3] (differentiable; used by the grid update under no-grad).
+  torch::Tensor density(const torch::Tensor& positions);
+
+ private:
+  torch::Tensor normalize(const torch::Tensor& positions) const;  // world -> [0, 1]^3
+  std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
+  std::vector<torch::Tensor> color_mlp(const std::vector<torch::Tensor>& in) const;
+
+  NerfHashOptions options_;
+  ModelContext context_;
+  kernels::HashEncodingConfig encoding_;
+  torch::Tensor embeddings_;  // [L, T, F]
+  std::vector<DenseLayer> density_layers_;
+  std::vector<DenseLayer> color_layers_;
+  OccupancyGrid grid_;
+  float step_size_ = 0.0f;
+  bool checkpoint_density_ = false;
+  bool checkpoint_color_ = false;
+};
+
+std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& context);
+
+}  // namespace tessera::models::nerf

@@ -1,0 +1,134 @@
+// nerf-mlp: the classic NeRF MLP with stratified sampling and volume rendering.
+#include "models/nerf/nerf_mlp.h"
+
+#include <stdexcept>
+
+#include "framework/checkpoint.h"
+#include "kernels/volume_render.h"
+#include "models/nerf/encodings.h"
+
+namespace tessera::models::nerf {
+
+NerfMlp::NerfMlp(const NerfMlpOptions& options, const ModelContext& context, uint64_t seed)
+    : options_(options), context_(context) {
+  if (options_.layers < 2 || options_.layers % 2 != 0)
+    throw std::invalid_argument("nerf-mlp: layers must be even and >= 2 (segments of two)");
+  if (options_.skip_layer < 1 || options_.skip_layer >= options_.layers)
+    throw std::invalid_argument("nerf-mlp: skip_layer must be in [1, layers)");
+  if (options_.samples_per_ray < 1) throw std::invalid_argument("nerf-mlp: samples_per_ray < 1");
+  auto gen = make_generator({seed, static_cast<uint64_t>(RandomPurpose::kInit)});
+  const auto dev = context.device;
+  const int64_t x_width = positional_encoding_width(3, options_.position_frequencies);
+  const int64_t d_width = positional_encoding_width(3, options_.direction_frequencies);
+  for (int i = 0; i < options_.layers; ++i) {
+    const int64_t in = i == 0 ? x_width : (i == options_.skip_layer ? options_.width + x_width : options_.width);
+    trunk_.push_back(make_dense(in, options_.width, gen, dev));
+  }
+  sigma_head_ = make_dense(options_.width, 1, gen, dev);
+  feature_ = make_dense(options_.width, options_.width, gen, dev);
+  color_hidden_ = make_dense(options_.width + d_width, options_.color_width, gen, dev);
+  color_out_ = make_dense(options_.color_width, 3, gen, dev);
+  checkpointed_.assign(options_.layers / 2 + 1, false);
+}
+
+std::vector<ParamGroup> NerfMlp::parameter_groups() {
+  ParamGroup mlp{"mlp", {}};
+  append_parameters(trunk_, mlp.params);
+  append_parameters({sigma_head_, feature_, color_hidden_, color_out_}, mlp.params);
+  return {mlp};
+}
+
+std::vector<std::string> NerfMlp::segment_names() const {
+  std::vector<std::string> names;
+  for (int k = 0; k < options_.layers / 2; ++k) names.push_back("mlp" + std::to_string(k));
+  names.push_back("heads");
+  return names;
+}
+
+void NerfMlp::set_checkpointed_segments(const std::vector<std::string>& names) {
+  const auto all = segment_names();
+  std::fill(checkpointed_.begin(), checkpointed_.end(), false);
+  for (const auto& n : names) {
+    const auto it = std::find(all.begin(), all.end(), n);
+    if (it == all.end()) throw std::invalid_argument("nerf-mlp: unknown segment '" + n + "'");
+    checkpointed_[it - all.begin()] = true;
+  }
+}
+
+std::vector<torch::Tensor> NerfMlp::trunk_segment(int k, const std::vector<torch::Tensor>& in) const {
+  auto h = in[0];
+  for (int i = 2 * k; i < 2 * k + 2; ++i) {
+    if (i == options_.skip_layer) h = torch::cat({h, in[1]}, 1);
+    h = torch::relu(trunk_[i](i == 0 ? in[1] : h));
+  }
+  return {h};
+}
+
+std::vector<torch::Tensor> NerfMlp::heads(const std::vector<torch::Tensor>& in) const {
+  const auto sigma_raw = sigma_head_(in[0]);
+  const auto feat = feature_(in[0]);
+  const auto c = torch::relu(color_hidden_(torch::cat({feat, in[1]}, 1)));
+  return {sigma_raw, torch::sigmoid(color_out_(c))};
+}
+
+torch::Tensor NerfMlp::sample_offsets(const RayBatch& rays, const StepContext& context) const {
+  const int64_t r = rays.origins.size(0), s = options_.samples_per_ray;
+  if (!context.training) return torch::full({r, s}, 0.5f, torch::kFloat32);
+  const auto ids = rays.ray_ids.to(torch::kCPU).to(torch::kInt64).contiguous();
+  auto offsets = torch::empty({r, s}, torch::kFloat32);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  float* out = offsets.data_ptr<float>();
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      out[i * s + j] = uniform_from_hash(hash_values(
+          {context.seed, static_cast<uint64_t>(context.step),
+           static_cast<uint64_t>(RandomPurpose::kSampleJitter), static_cast<uint64_t>(id[i]),
+           static_cast<uint64_t>(j)}));
+  return offsets;
+}
+
+RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
+  const auto dev = rays.origins.device();
+  const int64_t r = rays.origins.size(0), s = options_.samples_per_ray;
+  // Bin j of ray r spans near + (far - near) * [j, j + 1) / S; the sample sits at offset u in it.
+  const auto bins = torch::arange(s, torch::TensorOptions().dtype(torch::kFloat32).device(dev)).view({1, s});
+  const auto u = sample_offsets(rays, context).to(dev);
+  const auto near = rays.near.view({r, 1}), far = rays.far.view({r, 1});
+  const auto ts = near + (far - near) * ((bins + u) / static_cast<float>(s));  // [R, S]
+  const auto deltas = torch::cat({ts.slice(1, 1) - ts.slice(1, 0, s - 1), far - ts.slice(1, s - 1)}, 1);
+  const auto points = rays.origins.view({r, 1, 3}) + ts.unsqueeze(2) * rays.directions.view({r, 1, 3});
+
+  // Positions to [-1, 1]^3 by the scene box, so the encoding's frequencies are relative to it.
+  const auto& b = context_.scene_bounds;
+  auto center = torch::tensor({float((b[0] + b[3]) / 2), float((b[1] + b[4]) / 2), float((b[2] + b[5]) / 2)});
+  auto inv_half = torch::tensor({float(2.0 / (b[3] - b[0])), float(2.0 / (b[4] - b[1])), float(2.0 / (b[5] - b[2]))});
+  const auto xn = (points.reshape({r * s, 3}) - center.to(dev)) * inv_half.to(dev);
+  const auto x_enc = positional_encoding(xn, options_.position_frequencies);
+  const auto d_enc = positional_encoding(rays.directions, options_.direction_frequencies)
+                         .repeat_interleave(s, 0);
+
+  torch::Tensor h = torch::zeros({0}, x_enc.options());  // segment 0 reads the encoding only
+  const int segments = options_.layers / 2;
+  for (int k = 0; k < segments; ++k) {
+    auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
+    h = checkpointed_[k] ? checkpoint(fn, {h, x_enc})[0] : fn({h, x_enc})[0];
+  }
+  auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
+  const auto out_heads = checkpointed_[segments] ? checkpoint(fn_heads, {h, d_enc}) : fn_heads({h, d_enc});
+  // softplus instead of the paper's ReLU: no dead density at init, smoother on a short CPU run.
+  const auto sigmas = torch::softplus(out_heads[0].view({-1}));
+  const auto offsets = torch::arange(0, (r + 1) * s, s, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+  const auto vr = kernels::volume_render(sigmas, out_heads[1], deltas.reshape({-1}), ts.reshape({-1}), offsets);
+  RenderResult result;
+  result.rgb = vr.rgb + (1.0 - vr.opacity).unsqueeze(1) * rays.background.view({1, 3});
+  result.opacity = vr.opacity;
+  result.depth = vr.depth;
+  result.samples = r * s;
+  return result;
+}
+
+std::unique_ptr<Model> make_nerf_mlp(const Config& config, const ModelContext& context) {
+  return std::make_unique<NerfMlp>(NerfMlpOptions{}, context, static_cast<uint64_t>(config.run.seed));
+}
+
+}  // namespace tessera::models::nerf

@@ -1,0 +1,342 @@
+// Tests of the NeRF models (models/nerf): registry, shapes, gradients, determinism and batch-split
+// independence, exact checkpointing, learning a synthetic sphere, and the occupancy grid update.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/config.h"
+#include "framework/model.h"
+#include "models/builtin.h"
+#include "models/nerf/nerf_hash.h"
+#include "models/nerf/nerf_mlp.h"
+#include "models/nerf/occupancy_grid.h"
+
+namespace {
+
+using tessera::Config;
+using tessera::Model;
+using tessera::ModelContext;
+using tessera::ModelRegistry;
+using tessera::RayBatch;
+using tessera::RenderResult;
+using tessera::StepContext;
+namespace nerf = tessera::models::nerf;
+
+constexpr float kSphereRadius = 0.5f;
+const float kSphereColor[3] = {0.2f, 0.4f, 0.9f};
+
+ModelContext scene_context() {
+  ModelContext context;
+  context.scene_bounds = {-1.0, -1.0, -1.0, 1.0, 1.0, 1.0};
+  context.near = 1.0;
+  context.far = 4.0;
+  return context;
+}
+
+std::unique_ptr<Model> create(const std::string& name, int64_t seed = 7) {
+  ModelRegistry registry;
+  tessera::models::register_builtin_models(registry);
+  Config config;
+  config.model.name = name;
+  config.run.seed = seed;
+  return registry.create(config, scene_context());
+}
+
+// Rays of `cameras` pinhole cameras (k x k pixels) on a circle of radius 2.5 looking at the origin,
+// with the analytic target: a sphere of kSphereColor over a white background.
+RayBatch sphere_rays(int k, int cameras = 2) {
+  std::vector<float> o, d, rgb;
+  for (int c = 0; c < cameras; ++c) {
+    const double angle = c * M_PI / 2.0 + 0.3;
+    const double cx = 2.5 * std::sin(angle), cz = -2.5 * std::cos(angle);
+    const double fwd[3] = {-cx / 2.5, 0.0, -cz / 2.5};
+    const double right[3] = {-fwd[2], 0.0, fwd[0]};  // perpendicular, horizontal
+    const double down[3] = {0.0, 1.0, 0.0};
+    constexpr double kTanHalfFov = 0.4;
+    for (int i = 0; i < k; ++i)
+      for (int j = 0; j < k; ++j) {
+        const double u = ((j + 0.5) / k * 2.0 - 1.0) * kTanHalfFov;
+        const double v = ((i + 0.5) / k * 2.0 - 1.0) * kTanHalfFov;
+        double dir[3];
+        for (int a = 0; a < 3; ++a) dir[a] = fwd[a] + u * right[a] + v * down[a];
+        const double n = std::sqrt(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2]);
+        for (double& x : dir) x /= n;
+        const double org[3] = {cx, 0.0, cz};
+        const double b = org[0] * dir[0] + org[1] * dir[1] + org[2] * dir[2];
+        const double cc = 2.5 * 2.5 - kSphereRadius * kSphereRadius;
+        const bool hit = b * b - cc > 0 && -b - std::sqrt(b * b - cc) > 0;
+        for (int a = 0; a < 3; ++a) {
+          o.push_back(static_cast<float>(org[a]));
+          d.push_back(static_cast<float>(dir[a]));
+          rgb.push_back(hit ? kSphereColor[a] : 1.0f);
+        }
+      }
+  }
+  const int64_t r = static_cast<int64_t>(o.size() / 3);
+  RayBatch rays;
+  rays.origins = torch::tensor(o).view({r, 3});
+  rays.directions = torch::tensor(d).view({r, 3});
+  rays.target_rgb = torch::tensor(rgb).view({r, 3});
+  rays.near = torch::full({r}, 1.0f);
+  rays.far = torch::full({r}, 4.0f);
+  rays.background = torch::ones({3});
+  rays.ray_ids = torch::arange(r, torch::kInt64);
+  return rays;
+}
+
+RayBatch slice(const RayBatch& rays, int64_t begin, int64_t end) {
+  RayBatch s;
+  s.origins = rays.origins.slice(0, begin, end);
+  s.directions = rays.directions.slice(0, begin, end);
+  s.near = rays.near.slice(0, begin, end);
+  s.far = rays.far.slice(0, begin, end);
+  s.target_rgb = rays.target_rgb.slice(0, begin, end);
+  s.background = rays.background;
+  s.ray_ids = rays.ray_ids.slice(0, begin, end);
+  return s;
+}
+
+std::vector<torch::Tensor> all_params(Model& model) {
+  std::vector<torch::Tensor> out;
+  for (auto& g : model.parameter_groups())
+    for (auto& p : g.params) out.push_back(p);
+  return out;
+}
+
+void zero_grads(Model& model) {
+  for (auto& p : all_params(model))
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+torch::Tensor loss_of(const RenderResult& out, const RayBatch& rays) {
+  return (out.rgb - rays.target_rgb).pow(2).mean();
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
+         a.contiguous().view(torch::kInt32).equal(b.contiguous().view(torch::kInt32));
+}
+
+class NerfModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NerfModels, RegisteredAndRendersValidShapes) {
+  ModelRegistry registry;
+  tessera::models::register_builtin_models(registry);
+  EXPECT_TRUE(registry.contains(GetParam()));
+  auto model = create(GetParam());
+  EXPECT_EQ(model->name(), GetParam());
+  const auto rays = sphere_rays(6);
+  const auto out = model->render(rays, StepContext{3, 11, true});
+  const int64_t r = rays.origins.size(0);
+  ASSERT_EQ(out.rgb.sizes(), (std::vector<int64_t>{r, 3}));
+  ASSERT_EQ(out.opacity.sizes(), (std::vector<int64_t>{r}));
+  ASSERT_EQ(out.depth.sizes(), (std::vector<int64_t>{r}));
+  EXPECT_GT(out.samples, 0);
+  EXPECT_GE(out.rgb.min().item<float>(), 0.0f);
+  EXPECT_LE(out.rgb.max().item<float>(), 1.0f);
+  EXPECT_GE(out.opacity.min().item<float>(), 0.0f);
+  EXPECT_LE(out.opacity.max().item<float>(), 1.0f + 1e-5f);
+  EXPECT_TRUE(torch::isfinite(out.depth).all().item<bool>());
+}
+
+TEST_P(NerfModels, GradientsReachEveryParameter) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(8);
+  loss_of(model->render(rays, StepContext{0, 1, true}), rays).backward();
+  int index = 0;
+  for (auto& group : model->parameter_groups())
+    for (auto& p : group.params) {
+      ASSERT_TRUE(p.grad().defined()) << group.name << " #" << index;
+      EXPECT_GT(p.grad().abs().sum().item<double>(), 0.0) << group.name << " #" << index;
+      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << group.name << " #" << index;
+      ++index;
+    }
+}
+
+TEST_P(NerfModels, InitializationIsAPureFunctionOfTheSeed) {
+  auto a = create(GetParam(), 5), b = create(GetParam(), 5), c = create(GetParam(), 6);
+  const auto pa = all_params(*a), pb = all_params(*b), pc = all_params(*c);
+  ASSERT_EQ(pa.size(), pb.size());
+  bool any_differs = false;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(pa[i], pb[i])) << i;
+    any_differs = any_differs || !pa[i].equal(pc[i]);
+  }
+  EXPECT_TRUE(any_differs);
+}
+
+TEST_P(NerfModels, RenderIsDeterministicAndIndependentOfTheBatchSplit) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(8);  // 128 rays
+  const int64_t r = rays.origins.size(0);
+  for (bool training : {true, false}) {
+    const StepContext ctx{12, 99, training};
+    const auto full = model->render(rays, ctx);
+    const auto again = model->render(rays, ctx);
+    EXPECT_TRUE(bitwise_equal(full.rgb, again.rgb));
+    const int64_t cut = 37;  // uneven halves
+    const auto a = model->render(slice(rays, 0, cut), ctx);
+    const auto b = model->render(slice(rays, cut, r), ctx);
+    EXPECT_TRUE(bitwise_equal(full.rgb, torch::cat({a.rgb, b.rgb}))) << "training=" << training;
+    EXPECT_TRUE(bitwise_equal(full.opacity, torch::cat({a.opacity, b.opacity})));
+    EXPECT_TRUE(bitwise_equal(full.depth, torch::cat({a.depth, b.depth})));
+    EXPECT_EQ(full.samples, a.samples + b.samples);
+  }
+  if (GetParam() == "nerf-mlp") {  // the jitter depends on (seed, step): another step differs
+    const auto s1 = model->render(rays, StepContext{12, 99, true});
+    const auto s2 = model->render(rays, StepContext{13, 99, true});
+    EXPECT_FALSE(s1.depth.equal(s2.depth));
+  }
+}
+
+TEST_P(NerfModels, CheckpointedSegmentsGiveIdenticalGradients) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(8);
+  const StepContext ctx{4, 21, true};
+  auto grads = [&]() {
+    zero_grads(*model);
+    auto loss = loss_of(model->render(rays, ctx), rays);
+    loss.backward();
+    std::vector<torch::Tensor> g{loss.detach().clone()};
+    for (auto& p : all_params(*model)) g.push_back(p.grad().clone());
+    return g;
+  };
+  model->set_checkpointed_segments({});
+  const auto plain = grads();
+  model->set_checkpointed_segments(model->segment_names());
+  const auto checkpointed = grads();
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(plain[i], checkpointed[i])) << i;
+  EXPECT_THROW(model->set_checkpointed_segments({"encoding"}), std::exception);
+}
+
+// A few dozen Adam steps on the synthetic sphere; returns {initial loss, final loss}.
+std::pair<double, double> train_sphere(Model& model, int steps, double lr) {
+  const auto rays = sphere_rays(12);  // 288 rays
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& g : model.parameter_groups())
+    groups.emplace_back(g.params, std::make_unique<torch::optim::AdamOptions>(lr));
+  torch::optim::Adam adam(groups, torch::optim::AdamOptions(lr).eps(1e-15));
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    adam.zero_grad();
+    auto loss = loss_of(model.render(rays, StepContext{step, 3, true}), rays);
+    loss.backward();
+    adam.step();
+    if (step == 0) first = loss.item<double>();
+  }
+  {
+    torch::NoGradGuard no_grad;
+    last = loss_of(model.render(rays, StepContext{steps, 3, false}), rays).item<double>();
+  }
+  return {first, last};
+}
+
+TEST(NerfTraining, HashGridLearnsTheSphere) {
+  auto model = create("nerf-hash");
+  const auto [first, last] = train_sphere(*model, 30, 1e-2);
+  std::printf("nerf-hash sphere: loss %.5f -> %.5f (%.1fx)\n", first, last, first / last);
+  EXPECT_GT(first / last, 10.0);
+
+  // The grid updated from the trained model keeps the sphere and empties most of the box.
+  auto* hash = dynamic_cast<nerf::NerfHash*>(model.get());
+  ASSERT_NE(hash, nullptr);
+  auto& grid = hash->occupancy_grid();
+  const float step = hash->step_size();
+  grid.update([&](const torch::Tensor& p) { return hash->density(p) * step; }, 3, 29);
+  const auto bits = grid.bitfield().view({-1}).to(torch::kFloat32);
+  const auto dist = grid.sample_positions(3, 29).norm(2, 1);
+  const double near_rate = bits.masked_select(dist.lt(0.35)).mean().item<double>();
+  const double total_rate = bits.mean().item<double>();
+  std::printf("occupied: %.3f of cells inside r<0.35, %.3f overall\n", near_rate, total_rate);
+  EXPECT_GT(near_rate, 0.9);
+  EXPECT_LT(total_rate, 0.5);
+  // Marching now skips the emptied cells: far fewer samples than through the full grid.
+  const auto rays = sphere_rays(8);
+  const int64_t full = create("nerf-hash")->render(rays, StepContext{30, 3, false}).samples;
+  const int64_t skipped = model->render(rays, StepContext{30, 3, false}).samples;
+  std::printf("samples for 128 rays: %lld with the full grid, %lld after the update\n",
+              static_cast<long long>(full), static_cast<long long>(skipped));
+  EXPECT_LT(skipped * 2, full);
+}
+
+TEST(NerfTraining, MlpLearnsTheSphere) {
+  nerf::NerfMlpOptions options;  // a smaller trunk than the default keeps the test fast
+  options.layers = 4;
+  options.width = 64;
+  options.skip_layer = 2;
+  options.color_width = 64;
+  options.samples_per_ray = 32;
+  nerf::NerfMlp model(options, scene_context(), 7);
+  const auto [first, last] = train_sphere(model, 40, 5e-3);
+  std::printf("nerf-mlp sphere: loss %.5f -> %.5f (%.1fx)\n", first, last, first / last);
+  EXPECT_GT(first / last, 5.0);
+}
+
+TEST(OccupancyGrid, StartsOccupiedAndMarksExactlyTheCellsAboveThreshold) {
+  nerf::OccupancyGridOptions options;
+  options.resolution = 16;
+  options.chunk = 1000;
+  const std::array<double, 6> bounds{-1, -1, -1, 1, 1, 1};
+  nerf::OccupancyGrid grid(options, bounds, torch::kCPU);
+  EXPECT_EQ(grid.bitfield().sum().item<int64_t>(), grid.num_cells());
+  // A sphere of optical thickness 1 inside radius 0.5, empty outside.
+  auto sphere = [](const torch::Tensor& p) { return p.norm(2, 1).lt(kSphereRadius).to(torch::kFloat32); };
+  grid.update(sphere, 5, 15);
+  const auto probes = grid.sample_positions(5, 15);
+  const auto expected_values = sphere(probes);
+  EXPECT_TRUE(bitwise_equal(grid.values(), expected_values));
+  const float threshold = std::min(0.01f, expected_values.mean().item<float>());
+  EXPECT_FLOAT_EQ(grid.current_threshold(), threshold);
+  const auto expected_bits = expected_values.gt(threshold).to(torch::kUInt8).view({16, 16, 16});
+  EXPECT_TRUE(grid.bitfield().equal(expected_bits));
+  // Geometry: cells entirely outside the sphere are empty, cells entirely inside occupied.
+  const auto idx = torch::arange(grid.num_cells());
+  const auto centers = torch::stack({idx.div(256, "floor"), idx.div(16, "floor").remainder(16),
+                                     idx.remainder(16)}, 1).to(torch::kFloat32) * 0.125f - 1.0f + 0.0625f;
+  const float half_diag = 0.0625f * std::sqrt(3.0f);
+  const auto dist = centers.norm(2, 1);
+  const auto bits = grid.bitfield().view({-1});
+  EXPECT_EQ(bits.masked_select(dist.gt(kSphereRadius + half_diag)).sum().item<int64_t>(), 0);
+  const auto inside = dist.lt(kSphereRadius - half_diag);
+  EXPECT_GT(inside.sum().item<int64_t>(), 0);
+  EXPECT_TRUE(bits.masked_select(inside).eq(1).all().item<bool>());
+  // The sample points are a pure function of (seed, step), and change with the step.
+  EXPECT_TRUE(bitwise_equal(grid.sample_positions(5, 15), probes));
+  EXPECT_FALSE(grid.sample_positions(5, 31).equal(probes));
+  // EMA: with zero density the values decay by exactly 0.95.
+  const auto before = grid.values().clone();
+  grid.update([](const torch::Tensor& p) { return torch::zeros({p.size(0)}); }, 5, 31);
+  EXPECT_TRUE(bitwise_equal(grid.values(), before * 0.95f));
+}
+
+// Rays per second of forward + backward at 4096 rays, for the report (run with
+// --gtest_also_run_disabled_tests).
+TEST_P(NerfModels, DISABLED_Timing) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(64, 1);  // 4096 rays
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = model->render(rays, StepContext{rep, 1, true});
+    loss_of(out, rays).backward();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s: 4096 rays, %lld samples, fwd+bwd %.3f s = %.0f rays/s (threads %d)\n",
+                GetParam().c_str(), static_cast<long long>(out.samples), s, 4096 / s,
+                torch::get_num_threads());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, NerfModels, ::testing::Values("nerf-hash", "nerf-mlp"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace

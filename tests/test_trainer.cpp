@@ -1,0 +1,335 @@
+// Trainer and RaySampler under mpiexec -n 1, 2, 3: batches as a pure function of (seed, step),
+// N ranks equal 1 rank, accumulation equals a large batch, agreed skip-steps, and run output.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "distributed/communicator.h"
+#include "distributed/errors.h"
+#include "distributed/mpi_communicator.h"
+#include "framework/data/scene.h"
+#include "framework/trainer.h"
+#include "tests/mpi_test_env.h"
+#include "tests/test_util.h"
+
+namespace tessera {
+namespace {
+
+distributed::Communicator& world() {
+  static std::unique_ptr<distributed::Communicator> c =
+      distributed::make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
+  return *c;
+}
+
+// "color = MLP(ray direction)": 3 -> 16 -> 3 with a sigmoid; deterministic init.
+class DirectionMlp final : public Model {
+ public:
+  DirectionMlp() {
+    auto grid = [](int64_t rows, int64_t cols, double phase) {
+      return torch::sin(torch::arange(rows * cols, torch::kFloat32).reshape({rows, cols}) * 0.7 +
+                        phase) * 0.8;
+    };
+    w1_ = grid(3, 16, 0.1).requires_grad_();
+    b1_ = grid(1, 16, 0.5).reshape({16}).mul(0.3).requires_grad_();
+    w2_ = grid(16, 3, 1.3).requires_grad_();
+    b2_ = torch::zeros({3}).requires_grad_();
+  }
+  std::string name() const override { return "direction_mlp"; }
+  std::vector<ParamGroup> parameter_groups() override {
+    return {{"hidden", {w1_, b1_}}, {"out", {w2_, b2_}}};
+  }
+  RenderResult render(const RayBatch& rays, const StepContext&) override {
+    RenderResult r;
+    r.rgb = torch::sigmoid(torch::tanh(rays.directions.matmul(w1_) + b1_).matmul(w2_) + b2_);
+    r.opacity = torch::ones({rays.directions.size(0)});
+    r.depth = torch::zeros({rays.directions.size(0)});
+    return r;
+  }
+  std::vector<torch::Tensor> flat() { return {w1_, b1_, w2_, b2_}; }
+  torch::Tensor concat() {
+    std::vector<torch::Tensor> v;
+    for (auto& t : flat()) v.push_back(t.detach().reshape({-1}));
+    return torch::cat(v);
+  }
+
+ private:
+  torch::Tensor w1_, b1_, w2_, b2_;
+};
+
+data::Camera camera(int i) {
+  data::Camera c;
+  c.width = 16, c.height = 12;  // SSIM needs at least 11x11
+  c.fx = 14.0, c.fy = 13.0, c.cx = 8.0 + 0.3 * i, c.cy = 6.0;
+  const double a = 0.4 * i;  // rotation about y
+  c.camera_to_world = {std::cos(a), 0, std::sin(a), 0.1 * i, 0, 1, 0, -0.2 * i,
+                       -std::sin(a), 0, std::cos(a), 1.0, 0, 0, 0, 1};
+  c.split = i == 3 ? data::Split::Val : data::Split::Train;
+  return c;
+}
+
+constexpr int64_t kPixels = 16 * 12;  // per image
+
+// A 4-image dataset (3 train, 1 val) with alpha, written by rank 0 into a shared temp dir.
+class TrainerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char buf[256] = {0};
+    if (world().rank() == 0) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-trainer-XXXXXX").string();
+      std::snprintf(buf, sizeof(buf), "%s", tmpl.c_str());
+      if (!mkdtemp(buf)) std::abort();
+      data::SceneMeta meta;
+      meta.near = 0.1, meta.far = 4.0, meta.background = {0.2, 0.4, 0.6};
+      meta.scene_bounds = {-1, -1, -1, 1, 1, 1};
+      std::vector<data::Camera> cams;
+      for (int i = 0; i < 4; ++i) cams.push_back(camera(i));
+      data::SceneWriter writer(std::string(buf) + "/scene.h5", meta, cams, true);
+      for (int i = 0; i < 4; ++i) {
+        auto idx = torch::arange(kPixels * 3, torch::kInt64).reshape({12, 16, 3});
+        writer.write_image(i, ((idx * (7 + i) + 13 * i) % 256).to(torch::kUInt8),
+                           ((torch::arange(kPixels, torch::kInt64).reshape({12, 16}) * 31 + i) % 256)
+                               .to(torch::kUInt8));
+      }
+      writer.commit();
+    }
+    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, test::g_context->world());
+    dir_ = buf;
+    scene_ = std::make_unique<data::SceneReader>(dir_ + "/scene.h5");
+  }
+  static void TearDownTestSuite() {
+    scene_.reset();
+    world().barrier();
+    if (world().rank() == 0) test::remove_tree(dir_);
+  }
+  static TrainerOptions options() {
+    TrainerOptions o;
+    o.steps = 5;
+    o.rays_per_step = 48;
+    o.seed = 7;
+    o.lr.lr = 1e-2;
+    o.adam_eps = 1e-8;
+    o.log_every = 0;
+    o.progress = false;
+    return o;
+  }
+  static std::string dir_;
+  static std::unique_ptr<data::SceneReader> scene_;
+};
+std::string TrainerTest::dir_;
+std::unique_ptr<data::SceneReader> TrainerTest::scene_;
+
+// Elements outside |got - want| <= rtol * max(|want|, 1e-2); the wrong ones are printed. The floor
+// covers parameters that cancelled to near zero from O(0.1) values: float32 reassociation leaves
+// them an absolute error of ~1e-9 (e.g. a bias of 1.5e-4 off by 1.4e-9 over 5 Adam steps).
+int64_t count_wrong(const torch::Tensor& got, const torch::Tensor& want, double rtol) {
+  const auto g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
+  const torch::Tensor bad = ((g - w).abs() > rtol * w.abs().clamp_min(1e-2)).nonzero().reshape({-1});
+  for (int64_t i = 0; i < bad.size(0); ++i) {
+    const int64_t k = bad[i].item<int64_t>();
+    std::fprintf(stderr, "[rank %d] element %lld: got %.9g want %.9g\n", world().rank(),
+                 static_cast<long long>(k), g[k].item<double>(), w[k].item<double>());
+  }
+  return bad.size(0);
+}
+
+TEST_F(TrainerTest, BatchIsPureFunctionOfSeedAndStep) {
+  RaySamplerOptions so;
+  so.rays_per_step = 50;
+  so.seed = 3;
+  RaySampler a(*scene_, so, [](int64_t) { return 1.0; });
+  RaySampler b(*scene_, so, [](int64_t) { return 1.0; });
+  EXPECT_EQ(a.num_pixels(), 3 * kPixels);
+  // Out of order on b: history must not matter.
+  const torch::Tensor b7 = b.global_batch(7), b0 = b.global_batch(0);
+  EXPECT_TRUE(torch::equal(a.global_batch(0), b0));
+  EXPECT_TRUE(torch::equal(a.global_batch(7), b7));
+  EXPECT_FALSE(torch::equal(a.global_batch(0), a.global_batch(1)));
+  // Same on every rank (bitwise).
+  const torch::Tensor all = world().allgather(a.global_batch(3));
+  for (int r = 0; r < world().size(); ++r) EXPECT_TRUE(torch::equal(all[r], all[0]));
+  // The slices of any world size concatenate to the global batch, with matching ray ids.
+  for (int n = 1; n <= 4; ++n) {
+    std::vector<torch::Tensor> ids, targets;
+    for (int r = 0; r < n; ++r) {
+      RayBatch rb = a.rank_batch(3, r, n, torch::kCPU);
+      ids.push_back(rb.ray_ids);
+      targets.push_back(rb.target_rgb);
+    }
+    EXPECT_TRUE(torch::equal(torch::cat(ids), torch::arange(50, torch::kInt64))) << n;
+    EXPECT_TRUE(torch::equal(torch::cat(targets),
+                             a.rays_for(a.global_batch(3), 0, torch::kCPU).target_rgb)) << n;
+  }
+  // Within an epoch of rate 1 (11 steps of 50 of 576 pixels) no pixel repeats.
+  std::set<int64_t> seen;
+  for (int64_t s = 0; s < 4; ++s)
+    for (int64_t i = 0; i < 50; ++i) seen.insert(a.global_batch(s)[i].item<int64_t>());
+  EXPECT_EQ(seen.size(), 200u);
+}
+
+TEST_F(TrainerTest, LowRateDrawsFromSubset) {
+  RaySamplerOptions so;
+  so.rays_per_step = 10;
+  RaySampler s(*scene_, so, [](int64_t step) { return step < 3 ? 0.25 : 0.1; });
+  const SamplingEpoch e0 = s.epoch_of(0);
+  EXPECT_EQ(e0.pool, 144);  // ceil(0.25 * 576)
+  EXPECT_EQ(e0.steps, 14);   // floor(144 / 10): the last partial batch is dropped
+  EXPECT_EQ(s.epoch_of(13).index, 0);
+  const SamplingEpoch e1 = s.epoch_of(14);  // rate re-read at the epoch boundary (step 14)
+  EXPECT_EQ(e1.index, 1);
+  EXPECT_EQ(e1.pool, 58);  // ceil(0.1 * 576)
+  EXPECT_EQ(e1.steps, 5);
+  EXPECT_EQ(s.epoch_of(19).first_step, 19);
+  std::set<int64_t> pool;
+  for (int64_t t = 0; t < 14; ++t)
+    for (int64_t i = 0; i < 10; ++i) pool.insert(s.global_batch(t)[i].item<int64_t>());
+  EXPECT_EQ(pool.size(), 140u);  // 140 distinct pixels of the 144-pixel pool
+  std::set<int64_t> pool1;
+  for (int64_t t = 14; t < 19; ++t)
+    for (int64_t i = 0; i < 10; ++i) pool1.insert(s.global_batch(t)[i].item<int64_t>());
+  EXPECT_EQ(pool1.size(), 50u);
+  EXPECT_NE(pool1, pool);
+}
+
+TEST_F(TrainerTest, PixelRayMatchesHandComputation) {
+  data::Camera c;
+  c.fx = 2, c.fy = 4, c.cx = 1, c.cy = 1, c.width = 2, c.height = 2;
+  // Rotation of 90 degrees about z, translation (1, 2, 3).
+  c.camera_to_world = {0, -1, 0, 1, 1, 0, 0, 2, 0, 0, 1, 3, 0, 0, 0, 1};
+  torch::Tensor o, d;
+  pixel_rays({c}, torch::zeros({1}, torch::kInt64), torch::ones({1}, torch::kInt64),
+             torch::zeros({1}, torch::kInt64), &o, &d);
+  // Camera direction ((1.5 - 1) / 2, (0.5 - 1) / 4, 1) = (0.25, -0.125, 1) -> world (0.125, 0.25, 1).
+  const double n = std::sqrt(0.125 * 0.125 + 0.25 * 0.25 + 1.0);
+  const torch::Tensor want = torch::tensor({0.125 / n, 0.25 / n, 1.0 / n}, torch::kFloat32);
+  EXPECT_TRUE(torch::allclose(d[0], want, 1e-6, 1e-7)) << d;
+  EXPECT_TRUE(torch::equal(o[0], torch::tensor({1.0f, 2.0f, 3.0f})));
+  // Target compositing over the background with alpha.
+  RaySamplerOptions so;
+  so.rays_per_step = 4;
+  RaySampler s(*scene_, so, [](int64_t) { return 1.0; });
+  const RayBatch b = s.rays_for(torch::tensor({int64_t{5}}), 0, torch::kCPU);  // image 0, y 0, x 5
+  const torch::Tensor rgb = scene_->read_image(0)[0][5].to(torch::kFloat32) / 255.0f;
+  const float a = scene_->read_alpha(0)[0][5].item<uint8_t>() / 255.0f;
+  const torch::Tensor bg = torch::tensor({0.2f, 0.4f, 0.6f});
+  EXPECT_TRUE(torch::allclose(b.target_rgb[0], rgb * a + bg * (1 - a), 1e-6, 1e-6));
+  EXPECT_FLOAT_EQ(b.near[0].item<float>(), 0.1f);
+  EXPECT_FLOAT_EQ(b.far[0].item<float>(), 4.0f);
+}
+
+TEST_F(TrainerTest, NRanksEqualOneRank) {
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, options());
+  for (int64_t t = 0; t < 5; ++t) trainer.train_step(t);
+  // The 1-rank reference, run locally on every rank over MPI_COMM_SELF.
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  DirectionMlp reference;
+  Trainer ref_trainer(*test::g_context, self, reference, *scene_, options());
+  for (int64_t t = 0; t < 5; ++t) ref_trainer.train_step(t);
+  const torch::Tensor got = model.concat(), want = reference.concat();
+  EXPECT_FALSE(torch::equal(got, DirectionMlp().concat()));  // it trained
+  EXPECT_EQ(count_wrong(got, want, 1e-6), 0) << (got - want).abs().max();
+  const torch::Tensor all = world().allgather(got);
+  for (int r = 0; r < world().size(); ++r) EXPECT_TRUE(torch::equal(all[r], got)) << r;
+}
+
+TEST_F(TrainerTest, AccumulationEqualsLargeBatch) {
+  TrainerOptions k4 = options();
+  k4.micro_batches = 4;
+  DirectionMlp a, b;
+  Trainer ta(*test::g_context, world(), a, *scene_, options());
+  Trainer tb(*test::g_context, world(), b, *scene_, k4);
+  for (int64_t t = 0; t < 5; ++t) {
+    const StepResult ra = ta.train_step(t), rb = tb.train_step(t);
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * ra.loss);  // float32 sums, reassociated
+  }
+  EXPECT_EQ(count_wrong(b.concat(), a.concat(), 1e-6), 0) << (b.concat() - a.concat()).abs().max();
+}
+
+TEST_F(TrainerTest, AgreementAndAgreedSkipStep) {
+  TrainerOptions o = options();
+  o.check_agreement = true;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  const int last = world().size() - 1;
+  trainer.loss_hook = [&](int64_t step, int64_t, torch::Tensor& loss) {
+    if (step == 2 && world().rank() == last) loss = loss * std::nan("");
+  };
+  for (int64_t t = 0; t < 2; ++t) EXPECT_FALSE(trainer.train_step(t).skipped);
+  const torch::Tensor before = model.concat();
+  const StepResult r = trainer.train_step(2);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_TRUE(torch::equal(model.concat(), before));
+  EXPECT_FALSE(trainer.train_step(3).skipped);
+  EXPECT_EQ(trainer.loss_scaler().skipped_steps(), 1);
+  const torch::Tensor all = world().allgather(model.concat());
+  for (int r2 = 0; r2 < world().size(); ++r2) EXPECT_TRUE(torch::equal(all[r2], all[0]));
+}
+
+TEST_F(TrainerTest, HalfPrecisionOnCpuIsUserError) {
+  for (const char* p : {"bf16", "fp16", "fp64"}) {
+    TrainerOptions o = options();
+    o.precision = p;
+    DirectionMlp model;
+    EXPECT_THROW(Trainer(*test::g_context, world(), model, *scene_, o), UserError) << p;
+  }
+}
+
+TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
+  TrainerOptions o = options();
+  o.steps = 4;
+  o.log_every = 2;
+  o.eval_every = 2;
+  o.out_dir = dir_ + "/run";
+  o.progress = true;  // the progress line appears in the test log
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  const TrainSummary s = trainer.run();
+  EXPECT_EQ(s.steps, 4);
+  EXPECT_EQ(s.eval_views, 1);
+  EXPECT_GT(s.eval_psnr, 0.0);
+  EXPECT_GT(s.rays_per_s, 0.0);
+  std::fprintf(stderr, "[rank %d] test model: %.0f rays/s on %d ranks\n", world().rank(),
+               s.rays_per_s, world().size());
+  world().barrier();
+  if (world().rank() != 0) return;
+  const auto lines = test::lines_of(test::read_file(o.out_dir + "/metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);  // steps 2 and 4, then the summary
+  for (size_t i = 0; i < 2; ++i) {
+    const auto j = nlohmann::json::parse(lines[i]);
+    EXPECT_EQ(j.at("step").get<int64_t>(), 2 * int64_t(i + 1));
+    for (const char* key : {"loss", "lr", "sampling_rate", "rays_per_s", "peak_mem_bytes", "psnr",
+                            "eval_psnr", "eval_ssim"})
+      EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_TRUE(nlohmann::json::parse(lines[2]).at("summary").get<bool>());
+  for (const char* name : {"step-00000002-view-003.png", "step-00000004-view-003.png"})
+    EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/renders/" + name)) << name;
+}
+
+// Throughput of the test model (run with --gtest_also_run_disabled_tests): 4096 rays per step.
+TEST_F(TrainerTest, DISABLED_Throughput) {
+  TrainerOptions o = options();
+  o.steps = 30;
+  o.rays_per_step = 4096;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  trainer.train_step(0);  // warm-up
+  world().barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 1; t < o.steps; ++t) trainer.train_step(t);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (world().rank() == 0)
+    std::fprintf(stderr, "test model: %.0f rays/s on %d ranks (%lld rays per step)\n",
+                 (o.steps - 1) * o.rays_per_step / s, world().size(),
+                 static_cast<long long>(o.rays_per_step));
+}
+
+}  // namespace
+}  // namespace tessera
