@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "distributed/communicator.h"
+#include "framework/checkpoint_policy.h"
 #include "framework/config.h"
 
 namespace tessera {
@@ -74,6 +75,13 @@ class Model {
   virtual std::vector<std::string> segment_names() const { return {}; }
   // Segments to checkpoint from now on (a subset of segment_names()).
   virtual void set_checkpointed_segments(const std::vector<std::string>& names) {}
+  // A dry run on `rays` that measures each segment with measure_segment() (checkpoint_policy.h):
+  // one SegmentInfo per segment_names() entry, in that order, for the "budget" policy. Nothing
+  // is kept and no parameter gradient is touched. Empty when the model cannot measure itself.
+  // Throws std::runtime_error when the device's memory cannot be measured.
+  virtual std::vector<SegmentInfo> measure_segments(const RayBatch& rays, const StepContext& context) {
+    return {};
+  }
   // Non-parameter state that must be saved and restored exactly (e.g. the occupancy grid).
   virtual std::vector<std::pair<std::string, torch::Tensor>> state_tensors() { return {}; }
 };

@@ -87,7 +87,9 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
   if (!options_.out_dir.empty() && comm_.rank() == 0) {
     std::filesystem::create_directories(std::filesystem::path(options_.out_dir) / "renders");
     const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
-    metrics_.open(path, std::ios::app);
+    // Every run starts at step 0 until resume exists, so a rerun in the same run directory
+    // starts a fresh record instead of mixing two runs' curves.
+    metrics_.open(path, std::ios::trunc);
     if (!metrics_) throw UserError("cannot open " + path + " for writing; check run.out_dir");
   }
   start_ = std::chrono::steady_clock::now();

@@ -1,12 +1,14 @@
 // `tessera bench NAME`: benchmarks that print one JSON object per line on rank 0's stdout, each
-// with a baseline measured in the same run. Today: allreduce (Tessera's Communicator vs raw MPI
-// or NCCL on the same buffer).
+// with a baseline measured in the same run. allreduce (Tessera's Communicator vs raw MPI or NCCL
+// on the same buffer) and nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation).
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #ifdef TESSERA_WITH_NCCL
@@ -124,6 +126,9 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
 
 }  // namespace
 
+// bench_nerf.cpp
+std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench);
+
 Command add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Run a benchmark; prints one JSON object per line");
   sub->require_subcommand(1);
@@ -145,8 +150,10 @@ Command add_bench_command(CLI::App& app) {
                         "auto (CUDA when every rank has a device of its own), cpu (MPI backend) or cuda (NCCL backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  return {sub, [options, allreduce] {
+  auto nerf = add_nerf_bench_command(*sub);
+  return {sub, [options, allreduce, nerf] {
             if (allreduce->parsed()) return run_allreduce_bench(*options);
+            if (nerf.first->parsed()) return nerf.second();
             return kExitBadInput;
           }};
 }

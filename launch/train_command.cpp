@@ -1,5 +1,6 @@
 // `tessera train CONFIG`: loads and validates the config (before MPI starts, so bad input is
 // reported once), prints it on request, then sets up ranks, logging, dataset, model and Trainer.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -71,19 +72,43 @@ TrainerOptions trainer_options(const Config& config) {
   return o;
 }
 
-// Applies [checkpoint] to the model and logs the plan on every rank.
-void apply_checkpoint_policy(const Config& config, Model& model) {
+// Applies [checkpoint] to the model and logs the plan on every rank (each rank logs to its own
+// file). "budget" measures the segments on this rank's first micro-batch of step 0 (the
+// Trainer's own RaySampler, so the same rays and ray count a micro-batch of training renders)
+// with Model::measure_segments, and plans per rank on those measurements. Checkpointing never
+// changes values, so ranks whose plans differ (micro-batches differ by one ray) still agree.
+void apply_checkpoint_policy(const Config& config, Model& model, Trainer& trainer,
+                             distributed::Communicator& comm, torch::Device device) {
   CheckpointPolicyOptions options;
   options.segments = split_names(config.checkpoint.segments);
   options.every = config.checkpoint.every;
   options.budget_mib = config.checkpoint.budget_mib;
-  if (config.checkpoint.policy == "budget")
-    throw UserError(config.source_path + ": checkpoint.policy = \"budget\" needs per-segment "
-                    "memory measurements, which model '" + model.name() +
-                    "' does not provide yet; use \"segments\" or \"none\"");
   const auto policy = make_checkpoint_policy(config.checkpoint.policy, options);
   std::vector<SegmentInfo> segments;
-  for (const std::string& name : model.segment_names()) segments.push_back({name, 0, 0});
+  if (config.checkpoint.policy == "budget") {
+    const RayBatch batch = trainer.sampler().rank_batch(0, comm.rank(), comm.size(), device);
+    const int64_t micro = batch.ray_ids.size(0) / std::max<int64_t>(trainer.options().micro_batches, 1);
+    RayBatch rays = batch;
+    rays.origins = batch.origins.narrow(0, 0, micro);
+    rays.directions = batch.directions.narrow(0, 0, micro);
+    rays.near = batch.near.narrow(0, 0, micro);
+    rays.far = batch.far.narrow(0, 0, micro);
+    rays.target_rgb = batch.target_rgb.narrow(0, 0, micro);
+    rays.ray_ids = batch.ray_ids.narrow(0, 0, micro);
+    StepContext context;
+    context.step = 0;
+    context.seed = static_cast<uint64_t>(config.run.seed);
+    context.training = true;
+    segments = model.measure_segments(rays, context);
+    if (segments.size() != model.segment_names().size())
+      throw UserError(config.source_path + ": checkpoint.policy = \"budget\" needs per-segment "
+                      "memory measurements, which model '" + model.name() +
+                      "' does not provide; use \"segments\" or \"none\"");
+    spdlog::info("checkpoint budget: segments measured on {} rays (first micro-batch of step 0)",
+                 micro);
+  } else {
+    for (const std::string& name : model.segment_names()) segments.push_back({name, 0, 0});
+  }
   const CheckpointPlan plan = policy->plan(segments);
   std::vector<std::string> chosen;
   for (size_t i = 0; i < segments.size(); ++i)
@@ -91,7 +116,8 @@ void apply_checkpoint_policy(const Config& config, Model& model) {
   model.set_checkpointed_segments(chosen);
   spdlog::info("activation checkpointing ({}): {} of {} segments recomputed{}",
                config.checkpoint.policy, chosen.size(), segments.size(),
-               chosen.empty() ? "" : "\n" + plan.text);
+               config.checkpoint.policy == "none" ? "" : "\n" + plan.text);
+  if (!plan.fits) spdlog::warn("activation checkpointing: the budget cannot be met (see the plan)");
 }
 
 int run_train(const TrainOptions& options) {
@@ -139,11 +165,11 @@ int run_train(const TrainOptions& options) {
   model_context.far = scene.meta().far;
   model_context.device = device;
   std::unique_ptr<Model> model = registry.create(config, model_context);
-  apply_checkpoint_policy(config, *model);
   spdlog::info("model {} on {}, dataset {} ({} cameras), backend {}", model->name(), device.str(),
                config.data.path, scene.cameras().size(), distributed::to_string(comm->backend()));
 
   Trainer trainer_loop(context, *comm, *model, scene, trainer);
+  apply_checkpoint_policy(config, *model, trainer_loop, *comm, device);
   const TrainSummary summary = trainer_loop.run();
   (void)summary;  // the Trainer prints and records the summary on rank 0
   return kExitOk;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/checkpoint_policy.h"
 #include "framework/config.h"
 #include "framework/model.h"
 #include "models/builtin.h"
@@ -314,6 +316,49 @@ TEST(OccupancyGrid, StartsOccupiedAndMarksExactlyTheCellsAboveThreshold) {
   const auto before = grid.values().clone();
   grid.update([](const torch::Tensor& p) { return torch::zeros({p.size(0)}); }, 5, 31);
   EXPECT_TRUE(bitwise_equal(grid.values(), before * 0.95f));
+}
+
+TEST_P(NerfModels, MeasureSegmentsGivesOneEntryPerSegmentWithPositiveBytes) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(8);
+  const auto infos = model->measure_segments(rays, StepContext{0, 3, true});
+  const auto names = model->segment_names();
+  ASSERT_EQ(infos.size(), names.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    EXPECT_EQ(infos[i].name, names[i]);
+    EXPECT_GT(infos[i].activation_bytes, 0) << names[i];
+    EXPECT_GT(infos[i].boundary_bytes, 0) << names[i];
+    EXPECT_LE(infos[i].boundary_bytes, infos[i].activation_bytes) << names[i];
+  }
+  // A dry run: no parameter gradient appears.
+  for (auto& p : all_params(*model)) EXPECT_FALSE(p.grad().defined());
+}
+
+TEST_P(NerfModels, BudgetBetweenSmallestAndTotalCheckpointsSomeButNotAllSegments) {
+  auto model = create(GetParam());
+  const auto rays = sphere_rays(8);
+  const auto infos = model->measure_segments(rays, StepContext{0, 3, true});
+  ASSERT_GE(infos.size(), 2u);
+  int64_t total = 0, smallest = 0;  // stored with nothing / everything checkpointed
+  for (const auto& s : infos) {
+    total += s.activation_bytes;
+    smallest += std::min(s.boundary_bytes, s.activation_bytes);
+  }
+  ASSERT_LT(smallest, total);
+  tessera::CheckpointPolicyOptions options;
+  options.budget_mib = (smallest + total) / 2.0 / (1024.0 * 1024.0);
+  const auto plan = tessera::make_checkpoint_policy("budget", options)->plan(infos);
+  EXPECT_TRUE(plan.fits) << plan.text;
+  EXPECT_GE(plan.num_checkpointed(), 1u) << plan.text;
+  EXPECT_LT(plan.num_checkpointed(), infos.size()) << plan.text;
+  // The plan applies and renders the same values as without checkpointing.
+  std::vector<std::string> chosen;
+  for (size_t i = 0; i < infos.size(); ++i)
+    if (plan.is_checkpointed(i)) chosen.push_back(infos[i].name);
+  const StepContext ctx{0, 3, true};
+  const auto plain = model->render(rays, ctx).rgb.detach();
+  model->set_checkpointed_segments(chosen);
+  EXPECT_TRUE(bitwise_equal(plain, model->render(rays, ctx).rgb.detach()));
 }
 
 // Rays per second of forward + backward at 4096 rays, for the report (run with

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_policy.h"
 #include "kernels/ray_march.h"
 #include "kernels/volume_render.h"
 #include "models/nerf/encodings.h"
@@ -118,6 +119,34 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   result.depth = out.depth;
   result.samples = march.ts.size(0);
   return result;
+}
+
+std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const StepContext& context) {
+  (void)context;
+  const auto dev = rays.origins.device();
+  kernels::RayMarchParams params;
+  params.step_size = step_size_;
+  params.cone_angle = 0.0f;
+  params.max_samples_per_ray = options_.max_samples_per_ray;
+  torch::Tensor enc, sh;
+  {
+    torch::NoGradGuard no_grad;
+    const auto march = kernels::ray_march(rays.origins, rays.directions, rays.near, rays.far,
+                                          grid_.aabb(), grid_.bitfield(), params);
+    enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
+  }
+  auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
+  auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
+  const SegmentMeasurement density = measure_segment(fn_density, {enc}, dev);
+  torch::Tensor features;
+  {
+    torch::NoGradGuard no_grad;
+    features = fn_density({enc})[0];
+  }
+  const SegmentMeasurement color = measure_segment(fn_color, {features, sh}, dev);
+  return {{"density_mlp", density.activation_bytes, density.output_bytes},
+          {"color_mlp", color.activation_bytes, color.output_bytes}};
 }
 
 void NerfHash::after_step(const StepContext& context, distributed::Communicator& comm) {

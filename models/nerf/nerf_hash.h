@@ -51,6 +51,9 @@ class NerfHash : public Model {
   void after_step(const StepContext& context, distributed::Communicator& comm) override;
   std::vector<std::string> segment_names() const override { return {"density_mlp", "color_mlp"}; }
   void set_checkpointed_segments(const std::vector<std::string>& names) override;
+  // density_mlp and color_mlp measured on the samples that marching `rays` through the current
+  // occupancy grid gives (at step 0 the grid is all occupied: the most samples training sees).
+  std::vector<SegmentInfo> measure_segments(const RayBatch& rays, const StepContext& context) override;
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override;
 
   OccupancyGrid& occupancy_grid() { return grid_; }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_policy.h"
 #include "kernels/volume_render.h"
 #include "models/nerf/encodings.h"
 
@@ -87,7 +88,7 @@ torch::Tensor NerfMlp::sample_offsets(const RayBatch& rays, const StepContext& c
   return offsets;
 }
 
-RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
+NerfMlp::Samples NerfMlp::prepare(const RayBatch& rays, const StepContext& context) const {
   const auto dev = rays.origins.device();
   const int64_t r = rays.origins.size(0), s = options_.samples_per_ray;
   // Bin j of ray r spans near + (far - near) * [j, j + 1) / S; the sample sits at offset u in it.
@@ -106,6 +107,41 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   const auto x_enc = positional_encoding(xn, options_.position_frequencies);
   const auto d_enc = positional_encoding(rays.directions, options_.direction_frequencies)
                          .repeat_interleave(s, 0);
+  return {ts, deltas, x_enc, d_enc};
+}
+
+std::vector<SegmentInfo> NerfMlp::measure_segments(const RayBatch& rays, const StepContext& context) {
+  const auto dev = rays.origins.device();
+  Samples p;
+  {
+    torch::NoGradGuard no_grad;
+    p = prepare(rays, context);
+  }
+  std::vector<SegmentInfo> infos;
+  const auto names = segment_names();
+  torch::Tensor h = torch::zeros({0}, p.x_enc.options());
+  const int segments = options_.layers / 2;
+  for (int k = 0; k < segments; ++k) {
+    auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
+    const SegmentMeasurement m = measure_segment(fn, {h, p.x_enc}, dev);
+    infos.push_back({names[k], m.activation_bytes, m.output_bytes});
+    torch::NoGradGuard no_grad;
+    h = fn({h, p.x_enc})[0];  // the next segment's input
+  }
+  auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
+  const SegmentMeasurement m = measure_segment(fn_heads, {h, p.d_enc}, dev);
+  infos.push_back({names[segments], m.activation_bytes, m.output_bytes});
+  return infos;
+}
+
+RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
+  const auto dev = rays.origins.device();
+  const int64_t r = rays.origins.size(0), s = options_.samples_per_ray;
+  const Samples p = prepare(rays, context);
+  const auto& ts = p.ts;
+  const auto& deltas = p.deltas;
+  const auto& x_enc = p.x_enc;
+  const auto& d_enc = p.d_enc;
 
   torch::Tensor h = torch::zeros({0}, x_enc.options());  // segment 0 reads the encoding only
   const int segments = options_.layers / 2;

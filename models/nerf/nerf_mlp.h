@@ -33,8 +33,18 @@ class NerfMlp : public Model {
   RenderResult render(const RayBatch& rays, const StepContext& context) override;
   std::vector<std::string> segment_names() const override;
   void set_checkpointed_segments(const std::vector<std::string>& names) override;
+  // mlp0..mlp{layers/2-1} then heads, measured on the samples of `rays` (one forward's worth).
+  std::vector<SegmentInfo> measure_segments(const RayBatch& rays, const StepContext& context) override;
 
  private:
+  // What render() computes before the MLP: sample distances, bin lengths and the encodings.
+  struct Samples {
+    torch::Tensor ts;      // [R, S]
+    torch::Tensor deltas;  // [R, S]
+    torch::Tensor x_enc;   // [R*S, x width]
+    torch::Tensor d_enc;   // [R*S, d width]
+  };
+  Samples prepare(const RayBatch& rays, const StepContext& context) const;
   // Segment k of the trunk: layers [2k, 2k + 2). in: {h, encoded x} -> {h}.
   std::vector<torch::Tensor> trunk_segment(int k, const std::vector<torch::Tensor>& in) const;
   // in: {h, encoded d} -> {sigma_raw [S, 1], rgb [S, 3]}.

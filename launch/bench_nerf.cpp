@@ -1,0 +1,341 @@
+// `tessera bench nerf`: NeRF training throughput (global rays/s through the Trainer), and the
+// memory and time of activation checkpointing policies and of gradient accumulation on a fixed
+// batch of nerf-mlp. One JSON object per line on rank 0's stdout; progress on stderr.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "distributed/errors.h"
+#include "distributed/process_context.h"
+#include "framework/checkpoint_policy.h"
+#include "framework/config.h"
+#include "framework/data/scene.h"
+#include "framework/data/synth.h"
+#include "framework/log.h"
+#include "framework/memory.h"
+#include "framework/model.h"
+#include "framework/ray_sampler.h"
+#include "framework/trainer.h"
+#include "launch/commands.h"
+#include "models/builtin.h"
+
+namespace tessera::launch {
+
+namespace {
+
+struct NerfBenchOptions {
+  std::string scene;                // dataset file; "" = synthesize one per rank in a temp dir
+  std::string preset = "objects";   // synthetic scene preset
+  int views = 16;                   // synthetic scene views
+  int size = 64;                    // synthetic scene width = height
+  std::string cases = "throughput,checkpoint,accumulate";
+  std::string models = "nerf-hash,nerf-mlp";  // throughput models
+  int64_t train_rays = 1024;        // throughput: global rays per optimizer step
+  int64_t steps = 5;                // throughput: timed steps per model
+  int64_t warmup = 1;               // throughput: untimed steps first
+  int64_t rays = 1024;              // checkpoint / accumulate: rays of the fixed batch (per rank)
+  int repeats = 3;                  // checkpoint / accumulate: timed steps per case (median)
+  uint64_t seed = 0;
+  double timeout_s = 600;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double max_over_ranks(MPI_Comm comm, double value) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return value;
+}
+
+// Progress on stderr, rank 0 only.
+template <typename... Args>
+void progress(int rank, const char* format, const Args&... args) {
+  if (rank != 0) return;
+  std::fprintf(stderr, "[bench nerf] ");
+  std::fprintf(stderr, format, args...);
+  std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void sync(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// A temp dir removed on scope exit (each rank its own: works without a shared file system).
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-bench-nerf-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("bench nerf: mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+RayBatch slice(const RayBatch& batch, int64_t begin, int64_t end) {
+  RayBatch out = batch;
+  out.origins = batch.origins.narrow(0, begin, end - begin);
+  out.directions = batch.directions.narrow(0, begin, end - begin);
+  out.near = batch.near.narrow(0, begin, end - begin);
+  out.far = batch.far.narrow(0, begin, end - begin);
+  out.target_rgb = batch.target_rgb.narrow(0, begin, end - begin);
+  out.ray_ids = batch.ray_ids.narrow(0, begin, end - begin);
+  return out;
+}
+
+struct StepMeasurement {
+  double seconds = 0;    // median over repeats, slowest rank
+  int64_t peak = 0;      // peak bytes above the step's start, max over repeats and ranks
+};
+
+// One forward + backward of `batch` in `k` micro-batches (the Trainer's loss and split), with
+// gradients set to none first so that every step allocates the same; peak relative to the start.
+StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch, int64_t k,
+                              int repeats, torch::Device device) {
+  std::vector<torch::Tensor> params;
+  for (auto& group : model.parameter_groups())
+    for (auto& p : group.params) params.push_back(p);
+  const int64_t rays = batch.ray_ids.size(0);
+  StepMeasurement result;
+  std::vector<double> times;
+  for (int rep = 0; rep < repeats + 1; ++rep) {  // the first is a warm-up
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    sync(device);
+    MPI_CHECK(MPI_Barrier(comm));
+    const int64_t start_bytes = memory_stats(device).current_bytes;
+    reset_peak(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < k; ++i) {
+      const RayBatch micro = slice(batch, rays * i / k, rays * (i + 1) / k);
+      StepContext ctx;
+      ctx.step = 0;
+      ctx.training = true;
+      const RenderResult out = model.render(micro, ctx);
+      const torch::Tensor loss = (out.rgb - micro.target_rgb).pow(2).sum() / (3.0 * rays);
+      loss.backward();
+    }
+    sync(device);
+    const double seconds =
+        max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double peak = max_over_ranks(comm, static_cast<double>(memory_stats(device).peak_bytes - start_bytes));
+    if (rep > 0) {
+      times.push_back(seconds);
+      result.peak = std::max(result.peak, static_cast<int64_t>(peak));
+    }
+  }
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  result.seconds = median(times);
+  return result;
+}
+
+std::unique_ptr<Model> create_model(const std::string& name, const data::SceneReader& scene,
+                                    torch::Device device, uint64_t seed) {
+  ModelRegistry registry;
+  models::register_builtin_models(registry);
+  registry.require(name, "bench nerf");
+  Config config;
+  config.model.name = name;
+  config.run.seed = static_cast<int64_t>(seed);
+  ModelContext context;
+  context.scene_bounds = scene.meta().scene_bounds;
+  context.near = scene.meta().near;
+  context.far = scene.meta().far;
+  context.device = device;
+  return registry.create(config, context);
+}
+
+int run_nerf_bench(const NerfBenchOptions& options) {
+  const auto cases = split_list(options.cases);
+  for (const auto& c : cases)
+    if (c != "throughput" && c != "checkpoint" && c != "accumulate")
+      throw UserError("bench nerf: unknown case '" + c + "' (known: throughput, checkpoint, accumulate)");
+  if (options.rays < 8) throw UserError("bench nerf: --rays must be >= 8 (accumulation splits it 8 ways)");
+
+  distributed::ProcessContext context(nullptr, nullptr, options.timeout_s);
+  log::init({context.rank(), "warn", "", true});
+  const int threads = context.apply_thread_share(0);
+  const int rank = context.rank(), ranks = context.size();
+  const MPI_Comm world = context.world();
+  const torch::Device device = context.one_cuda_device_per_rank()
+                                   ? torch::Device(torch::kCUDA, context.cuda_device_index())
+                                   : torch::Device(torch::kCPU);
+  if (device.is_cpu()) install_counting_cpu_allocator();
+  auto comm = distributed::make_communicator(context, "auto", device);
+  progress(rank, "%d rank(s) on %s, %d CPU threads per rank", ranks, device.str().c_str(), threads);
+
+  std::unique_ptr<TempDir> temp;
+  std::string scene_path = options.scene;
+  if (scene_path.empty()) {
+    temp = std::make_unique<TempDir>();
+    scene_path = (temp->path / "scene.h5").string();
+    data::synth::SynthOptions synth;
+    synth.preset = options.preset;
+    synth.views = options.views;
+    synth.width = synth.height = options.size;
+    synth.seed = options.seed;
+    progress(rank, "synthesizing '%s': %d views of %dx%d", synth.preset.c_str(), synth.views,
+             synth.width, synth.height);
+    data::synth::write_synth_scene(synth, scene_path);
+  }
+  const data::SceneReader scene(scene_path);
+
+  // Throughput: optimizer steps through the Trainer, global rays/s over the timed steps.
+  if (has(cases, "throughput")) {
+    for (const std::string& name : split_list(options.models)) {
+      progress(rank, "throughput %s: %lld + %lld steps of %lld rays", name.c_str(),
+               static_cast<long long>(options.warmup), static_cast<long long>(options.steps),
+               static_cast<long long>(options.train_rays));
+      auto model = create_model(name, scene, device, options.seed);
+      TrainerOptions trainer_options;
+      trainer_options.steps = options.warmup + options.steps;
+      trainer_options.rays_per_step = options.train_rays;
+      trainer_options.seed = options.seed;
+      trainer_options.lr.total_steps = trainer_options.steps;
+      trainer_options.sampling.total_steps = trainer_options.steps;
+      trainer_options.log_every = 0;
+      trainer_options.out_dir = "";
+      trainer_options.progress = false;
+      Trainer trainer(context, *comm, *model, scene, trainer_options);
+      for (int64_t step = 0; step < options.warmup; ++step) trainer.train_step(step);
+      sync(device);
+      MPI_CHECK(MPI_Barrier(world));
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t step = options.warmup; step < options.warmup + options.steps; ++step)
+        trainer.train_step(step);
+      sync(device);
+      const double seconds =
+          max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const double rays_per_s = static_cast<double>(options.steps * options.train_rays) / seconds;
+      if (rank == 0) {
+        std::printf("{\"bench\":\"nerf\",\"case\":\"throughput\",\"model\":\"%s\",\"ranks\":%d,"
+                    "\"rays_per_s\":%.1f}\n",
+                    name.c_str(), ranks, rays_per_s);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (!has(cases, "checkpoint") && !has(cases, "accumulate")) return kExitOk;
+  // A fixed batch (the same on every rank: these cases measure one rank's step, run side by side).
+  RaySampler sampler(scene, {options.rays, options.seed}, [](int64_t) { return 1.0; });
+  const RayBatch batch = sampler.rank_batch(0, 0, 1, device);
+  auto model = create_model("nerf-mlp", scene, device, options.seed);
+
+  if (has(cases, "checkpoint")) {
+    StepContext ctx;
+    ctx.training = true;
+    const auto infos = model->measure_segments(batch, ctx);
+    int64_t total = 0;
+    for (const auto& s : infos) total += s.activation_bytes;
+    CheckpointPolicyOptions budget_options;
+    budget_options.budget_mib = std::max(static_cast<double>(total) / 2.0, 1.0) / (1024.0 * 1024.0);
+    const CheckpointPlan plan = make_checkpoint_policy("budget", budget_options)->plan(infos);
+    progress(rank, "measured segments of nerf-mlp on %lld rays (rank 0):\n%s",
+             static_cast<long long>(options.rays), plan.text.c_str());
+    std::vector<std::string> budget_chosen;
+    for (size_t i = 0; i < infos.size(); ++i)
+      if (plan.is_checkpointed(i)) budget_chosen.push_back(infos[i].name);
+    const std::vector<std::pair<std::string, std::vector<std::string>>> policies = {
+        {"none", {}}, {"segments", model->segment_names()}, {"budget", budget_chosen}};
+    for (const auto& [policy, chosen] : policies) {
+      progress(rank, "checkpoint %s: %zu segment(s), %d + 1 steps of %lld rays", policy.c_str(),
+               chosen.size(), options.repeats, static_cast<long long>(options.rays));
+      model->set_checkpointed_segments(chosen);
+      const StepMeasurement m = measure_steps(world, *model, batch, 1, options.repeats, device);
+      if (rank == 0) {
+        std::printf("{\"bench\":\"nerf\",\"case\":\"checkpoint\",\"model\":\"mlp\",\"policy\":\"%s\","
+                    "\"checkpointed\":%zu,\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
+                    policy.c_str(), chosen.size(), static_cast<long long>(options.rays),
+                    static_cast<long long>(m.peak), m.seconds);
+        std::fflush(stdout);
+      }
+    }
+    model->set_checkpointed_segments({});
+  }
+
+  if (has(cases, "accumulate")) {
+    for (int64_t k : {1, 2, 4, 8}) {
+      progress(rank, "accumulate k=%lld: %d + 1 steps of %lld rays", static_cast<long long>(k),
+               options.repeats, static_cast<long long>(options.rays));
+      const StepMeasurement m = measure_steps(world, *model, batch, k, options.repeats, device);
+      if (rank == 0) {
+        std::printf("{\"bench\":\"nerf\",\"case\":\"accumulate\",\"model\":\"mlp\",\"k\":%lld,"
+                    "\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
+                    static_cast<long long>(k), static_cast<long long>(options.rays),
+                    static_cast<long long>(m.peak), m.seconds);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+// Adds `bench nerf` under `bench`; returns whether it was chosen and how to run it.
+std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench) {
+  auto o = std::make_shared<NerfBenchOptions>();
+  CLI::App* sub = bench.add_subcommand(
+      "nerf", "NeRF training throughput (global rays/s; run under mpirun -np N and compare with a "
+              "1-rank run), and peak memory / step time of checkpoint policies and gradient "
+              "accumulation on a fixed nerf-mlp batch");
+  sub->add_option("--scene", o->scene, "Dataset file (.h5); default: synthesize one per rank in a temp dir")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--preset", o->preset, "Synthetic scene preset (without --scene)")->capture_default_str();
+  sub->add_option("--views", o->views, "Synthetic scene views (without --scene)")
+      ->capture_default_str()
+      ->check(CLI::Range(3, 10000));
+  sub->add_option("--size", o->size, "Synthetic scene image width and height (without --scene)")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 8192));
+  sub->add_option("--cases", o->cases, "Comma-separated cases to run: throughput, checkpoint, accumulate")
+      ->capture_default_str();
+  sub->add_option("--models", o->models, "Comma-separated models for the throughput case")
+      ->capture_default_str();
+  sub->add_option("--train-rays", o->train_rays, "Throughput: global rays per optimizer step")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  sub->add_option("--steps", o->steps, "Throughput: timed optimizer steps per model")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  sub->add_option("--warmup", o->warmup, "Throughput: untimed optimizer steps first")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  sub->add_option("--rays", o->rays, "Checkpoint / accumulate: rays of the fixed batch, per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{8}, int64_t{1} << 30));
+  sub->add_option("--repeats", o->repeats, "Checkpoint / accumulate: timed steps per case (median), after one warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--seed", o->seed, "Seed of the scene, the models and the batches")->capture_default_str();
+  return {sub, [o] { return run_nerf_bench(*o); }};
+}
+
+}  // namespace tessera::launch

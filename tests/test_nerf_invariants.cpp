@@ -1,0 +1,229 @@
+// DESIGN.md invariants 3 and 5 with the real NeRF model (nerf-mlp) through the Trainer, under
+// mpiexec -n 1, 2, 3, on a tiny synthetic scene: exact checkpointing and rate agreement.
+// (Invariants 1 and 2 are tested with a small model in test_trainer.cpp.)
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "distributed/mpi_communicator.h"
+#include "framework/data/scene.h"
+#include "framework/data/synth.h"
+#include "framework/memory.h"
+#include "framework/model.h"
+#include "framework/trainer.h"
+#include "models/nerf/nerf_hash.h"
+#include "models/nerf/nerf_mlp.h"
+#include "tests/mpi_test_env.h"
+#include "tests/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace nerf = models::nerf;
+
+distributed::Communicator& world() {
+  static std::unique_ptr<distributed::Communicator> c =
+      distributed::make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
+  return *c;
+}
+
+constexpr uint64_t kModelSeed = 11;
+
+// Small versions of the models: the invariants do not depend on the size, the run time does.
+nerf::NerfMlpOptions small_mlp() {
+  nerf::NerfMlpOptions o;
+  o.position_frequencies = 6;
+  o.direction_frequencies = 2;
+  o.layers = 4;
+  o.width = 32;
+  o.skip_layer = 2;
+  o.color_width = 16;
+  o.samples_per_ray = 16;
+  return o;
+}
+
+nerf::NerfHashOptions small_hash() {
+  nerf::NerfHashOptions o;
+  o.levels = 4;
+  o.log2_hashmap_size = 12;
+  o.base_resolution = 8;
+  o.finest_resolution = 32;
+  o.hidden_width = 32;
+  o.geo_features = 8;
+  o.steps_per_diagonal = 64;
+  o.grid.resolution = 16;
+  o.grid_update_interval = 4;  // several (collective) grid updates within the 20 steps
+  return o;
+}
+
+// Every parameter, flattened and concatenated in parameter_groups() order.
+torch::Tensor concat_params(Model& model) {
+  std::vector<torch::Tensor> v;
+  for (auto& g : model.parameter_groups())
+    for (auto& p : g.params) v.push_back(p.detach().reshape({-1}).to(torch::kCPU));
+  return torch::cat(v);
+}
+
+torch::Tensor concat_grads(Model& model) {
+  std::vector<torch::Tensor> v;
+  for (auto& g : model.parameter_groups())
+    for (auto& p : g.params)
+      v.push_back(p.grad().defined() ? p.grad().detach().reshape({-1}).clone()
+                                     : torch::zeros({p.numel()}, p.options().requires_grad(false)));
+  return torch::cat(v);
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+// A synthetic "objects" scene of 8 views at 32x24 (6 train views, 4608 training pixels), written
+// by rank 0 into a shared temp dir.
+class NerfInvariantsTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char buf[256] = {0};
+    if (world().rank() == 0) {
+      std::string tmpl =
+          (std::filesystem::temp_directory_path() / "tessera-nerf-inv-XXXXXX").string();
+      std::snprintf(buf, sizeof(buf), "%s", tmpl.c_str());
+      if (!mkdtemp(buf)) std::abort();
+      data::synth::SynthOptions so;
+      so.preset = "objects";
+      so.views = 8;
+      so.width = 32;
+      so.height = 24;
+      data::synth::write_synth_scene(so, std::string(buf) + "/scene.h5");
+    }
+    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, test::g_context->world());
+    dir_ = buf;
+    scene_ = std::make_unique<data::SceneReader>(dir_ + "/scene.h5");
+  }
+  static void TearDownTestSuite() {
+    scene_.reset();
+    world().barrier();
+    if (world().rank() == 0) test::remove_tree(dir_);
+  }
+  static ModelContext model_context() {
+    ModelContext c;
+    const auto& m = scene_->meta();
+    for (int i = 0; i < 6; ++i) c.scene_bounds[i] = m.scene_bounds[i];
+    c.near = m.near;
+    c.far = m.far;
+    return c;
+  }
+  static std::unique_ptr<Model> make(const std::string& name) {
+    if (name == "nerf-mlp")
+      return std::make_unique<nerf::NerfMlp>(small_mlp(), model_context(), kModelSeed);
+    return std::make_unique<nerf::NerfHash>(small_hash(), model_context(), kModelSeed);
+  }
+  static TrainerOptions options() {
+    TrainerOptions o;
+    o.steps = 20;
+    o.rays_per_step = 256;
+    o.seed = 5;
+    o.lr.lr = 1e-2;
+    o.adam_eps = 1e-8;  // as test_trainer.cpp: eps = 1e-15 turns ~0 gradients into +-lr steps
+    o.log_every = 0;
+    o.progress = false;
+    return o;
+  }
+  static std::string dir_;
+  static std::unique_ptr<data::SceneReader> scene_;
+};
+std::string NerfInvariantsTest::dir_;
+std::unique_ptr<data::SceneReader> NerfInvariantsTest::scene_;
+
+// Invariant 3: checkpointing every segment changes no value, with random sample jitter.
+TEST_F(NerfInvariantsTest, CheckpointingIsExactMlp) {
+  auto plain = make("nerf-mlp"), ckpt = make("nerf-mlp");
+  ASSERT_FALSE(ckpt->segment_names().empty());
+  ckpt->set_checkpointed_segments(ckpt->segment_names());
+  // Gradients of one step's loss, bitwise.
+  {
+    RaySamplerOptions so;
+    so.rays_per_step = 256;
+    so.seed = 5;
+    RaySampler sampler(*scene_, so, [](int64_t) { return 1.0; });
+    const RayBatch batch = sampler.rank_batch(3, world().rank(), world().size(), torch::kCPU);
+    StepContext ctx;
+    ctx.step = 3;
+    ctx.seed = 5;
+    ctx.training = true;
+    for (Model* m : {plain.get(), ckpt.get()}) {
+      const RenderResult r = m->render(batch, ctx);
+      (r.rgb - batch.target_rgb).pow(2).mean().backward();
+    }
+    const torch::Tensor g_plain = concat_grads(*plain), g_ckpt = concat_grads(*ckpt);
+    EXPECT_GT(g_plain.abs().max().item<double>(), 0.0);
+    EXPECT_TRUE(torch::equal(g_plain, g_ckpt)) << "max abs diff " << max_abs_diff(g_plain, g_ckpt);
+    // Render twice at different steps differs (the jitter is drawn), so the test has teeth.
+    StepContext other = ctx;
+    other.step = 4;
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(torch::equal(plain->render(batch, ctx).rgb, plain->render(batch, other).rgb));
+    for (Model* m : {plain.get(), ckpt.get()})
+      for (auto& g : m->parameter_groups())
+        for (auto& p : g.params)
+          if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+  }
+  // Parameters after 3 Trainer steps, bitwise.
+  auto a = make("nerf-mlp"), b = make("nerf-mlp");
+  b->set_checkpointed_segments(b->segment_names());
+  TrainerOptions o = options();
+  o.steps = 3;
+  Trainer ta(*test::g_context, world(), *a, *scene_, o);
+  Trainer tb(*test::g_context, world(), *b, *scene_, o);
+  for (int64_t t = 0; t < o.steps; ++t) {
+    ta.train_step(t);
+    tb.train_step(t);
+  }
+  const torch::Tensor pa = concat_params(*a), pb = concat_params(*b);
+  EXPECT_TRUE(torch::equal(pa, pb)) << "max abs diff " << max_abs_diff(pa, pb);
+}
+
+// Invariant 5: with check_agreement on and a linear sampling schedule 1 -> 0.5, six steps raise
+// no agreement error and every rank reports the same rate (and lr, scale, skip) at every step.
+TEST_F(NerfInvariantsTest, RateAgreementMlp) {
+  TrainerOptions o = options();
+  o.steps = 6;
+  o.rays_per_step = 2048;  // epochs of 1-2 steps over 4608 pixels, so the rate changes in 6 steps
+  o.check_agreement = true;
+  o.sampling.name = "linear";
+  o.sampling.rate_max = 1.0;
+  o.sampling.rate_min = 0.5;
+  o.sampling.total_steps = 6;
+  auto model = make("nerf-mlp");
+  Trainer trainer(*test::g_context, world(), *model, *scene_, o);
+  std::vector<double> rows;
+  for (int64_t t = 0; t < o.steps; ++t) {
+    StepResult r;
+    ASSERT_NO_THROW(r = trainer.train_step(t)) << "step " << t;
+    rows.insert(rows.end(), {r.sampling_rate, r.lr, r.loss_scale, r.skipped ? 1.0 : 0.0, r.loss});
+  }
+  const torch::Tensor mine =
+      torch::tensor(rows, torch::kFloat64).reshape({o.steps, 5});
+  const torch::Tensor all = world().allgather(mine);
+  for (int r = 0; r < world().size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r;
+  if (world().rank() == 0) {
+    std::string rates;
+    for (int64_t t = 0; t < o.steps; ++t) rates += " " + std::to_string(mine[t][0].item<double>());
+    std::fprintf(stderr, "rates per step on %d ranks:%s\n", world().size(), rates.c_str());
+  }
+  EXPECT_EQ(mine[0][0].item<double>(), 1.0);
+  EXPECT_LT(mine[o.steps - 1][0].item<double>(), 1.0);  // the schedule took effect
+  EXPECT_GE(mine[o.steps - 1][0].item<double>(), 0.5);
+}
+
+}  // namespace
+}  // namespace tessera
