@@ -1,8 +1,45 @@
-// Shared state of multi-rank tests: the process context created by tests/mpi_test_main.cpp.
+// Shared state of multi-rank tests: the process context created by tests/mpi_test_main.cpp, and
+// a temp folder made by rank 0 and known to every rank (one node: CTest runs all ranks locally).
 #pragma once
+
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "distributed/process_context.h"
 
 namespace tessera::test {
+
 extern distributed::ProcessContext* g_context;
+
+// Rank 0 creates a fresh folder under the system temp dir named PREFIX-XXXXXX and runs `fill` in
+// it; then every rank gets the path. Collective.
+inline std::string make_shared_temp_dir(const std::string& prefix,
+                                        const std::function<void(const std::string&)>& fill = {}) {
+  char path[512] = {0};
+  if (g_context->rank() == 0) {
+    const std::string pattern =
+        (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    std::snprintf(path, sizeof(path), "%s", pattern.c_str());
+    if (mkdtemp(path) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+    if (fill) fill(path);
+  }
+  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, g_context->world());
+  return path;
+}
+
+// Waits for every rank, then rank 0 removes the folder. Collective.
+inline void remove_shared_temp_dir(const std::string& path) {
+  MPI_Barrier(g_context->world());
+  if (g_context->rank() == 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+}
+
 }  // namespace tessera::test

@@ -92,27 +92,19 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 class NerfInvariantsTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char buf[256] = {0};
-    if (world().rank() == 0) {
-      std::string tmpl =
-          (std::filesystem::temp_directory_path() / "tessera-nerf-inv-XXXXXX").string();
-      std::snprintf(buf, sizeof(buf), "%s", tmpl.c_str());
-      if (!mkdtemp(buf)) std::abort();
+    dir_ = test::make_shared_temp_dir("tessera-nerf-inv", [](const std::string& dir) {
       data::synth::SynthOptions so;
       so.preset = "objects";
       so.views = 8;
       so.width = 32;
       so.height = 24;
-      data::synth::write_synth_scene(so, std::string(buf) + "/scene.h5");
-    }
-    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, test::g_context->world());
-    dir_ = buf;
+      data::synth::write_synth_scene(so, dir + "/scene.h5");
+    });
     scene_ = std::make_unique<data::SceneReader>(dir_ + "/scene.h5");
   }
   static void TearDownTestSuite() {
     scene_.reset();
-    world().barrier();
-    if (world().rank() == 0) test::remove_tree(dir_);
+    test::remove_shared_temp_dir(dir_);
   }
   static ModelContext model_context() {
     ModelContext c;

@@ -80,17 +80,13 @@ constexpr int64_t kPixels = 16 * 12;  // per image
 class TrainerTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char buf[256] = {0};
-    if (world().rank() == 0) {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-trainer-XXXXXX").string();
-      std::snprintf(buf, sizeof(buf), "%s", tmpl.c_str());
-      if (!mkdtemp(buf)) std::abort();
+    dir_ = test::make_shared_temp_dir("tessera-trainer", [](const std::string& dir) {
       data::SceneMeta meta;
       meta.near = 0.1, meta.far = 4.0, meta.background = {0.2, 0.4, 0.6};
       meta.scene_bounds = {-1, -1, -1, 1, 1, 1};
       std::vector<data::Camera> cams;
       for (int i = 0; i < 4; ++i) cams.push_back(camera(i));
-      data::SceneWriter writer(std::string(buf) + "/scene.h5", meta, cams, true);
+      data::SceneWriter writer(dir + "/scene.h5", meta, cams, true);
       for (int i = 0; i < 4; ++i) {
         auto idx = torch::arange(kPixels * 3, torch::kInt64).reshape({12, 16, 3});
         writer.write_image(i, ((idx * (7 + i) + 13 * i) % 256).to(torch::kUInt8),
@@ -98,15 +94,12 @@ class TrainerTest : public testing::Test {
                                .to(torch::kUInt8));
       }
       writer.commit();
-    }
-    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, test::g_context->world());
-    dir_ = buf;
+    });
     scene_ = std::make_unique<data::SceneReader>(dir_ + "/scene.h5");
   }
   static void TearDownTestSuite() {
     scene_.reset();
-    world().barrier();
-    if (world().rank() == 0) test::remove_tree(dir_);
+    test::remove_shared_temp_dir(dir_);
   }
   static TrainerOptions options() {
     TrainerOptions o;
