@@ -12,6 +12,7 @@
 
 #include "tests/expect_close.h"
 #include "kernels/hash_encoding.h"
+#include "tests/reference/hash_encoding_reference.h"
 #include "kernels/nonfinite.h"
 
 namespace tessera::kernels {
@@ -42,53 +43,7 @@ std::string config_name(const HashEncodingConfig& c) {
          " Nmin=" + std::to_string(c.base_resolution) + " b=" + std::to_string(c.per_level_scale);
 }
 
-// The reference: per level, the cell's integer corner, the 8 vertex rows with int64 tensor ops
-// (the hash products masked to 32 bits, as uint32 arithmetic wraps), trilinear weights, rows
-// gathered with index_select and summed. It takes the resolutions from the header's documented
-// formula, recomputed here, not from hash_grid_levels.
-torch::Tensor reference_encoding(const torch::Tensor& positions,   // [N, 3]
-                                 const torch::Tensor& embeddings,  // [L, T, F]
-                                 const HashEncodingConfig& c) {
-  const int64_t table_size = int64_t{1} << c.log2_hashmap_size;
-  const torch::Tensor unit = positions.clamp(0.0, 1.0);
-  std::vector<torch::Tensor> per_level;
-  for (int l = 0; l < c.levels; ++l) {
-    const int64_t n = static_cast<int64_t>(
-        std::floor(c.base_resolution * std::pow(c.per_level_scale, l) + 1e-6));
-    const int64_t stride = n + 1;
-    const bool dense = stride * stride * stride <= table_size;
-    const torch::Tensor pos = unit * static_cast<float>(n);              // float32, [N, 3]
-    const torch::Tensor lower = pos.floor().clamp_max(static_cast<double>(n - 1));
-    const torch::Tensor frac = pos - lower;
-    const torch::Tensor corner = lower.to(torch::kInt64);
-    torch::Tensor level = torch::zeros({positions.size(0), c.features_per_level},
-                                       embeddings.options());
-    for (int k = 0; k < 8; ++k) {
-      const int64_t d[3] = {k & 1, (k >> 1) & 1, (k >> 2) & 1};
-      const torch::Tensor x = corner.select(1, 0) + d[0];
-      const torch::Tensor y = corner.select(1, 1) + d[1];
-      const torch::Tensor z = corner.select(1, 2) + d[2];
-      torch::Tensor row;
-      if (dense) {
-        row = x + y * stride + z * stride * stride;
-      } else {
-        constexpr int64_t kLow32 = 0xFFFFFFFFll;
-        row = torch::bitwise_and(
-            torch::bitwise_xor(torch::bitwise_xor(x, torch::bitwise_and(y * 2654435761ll, kLow32)),
-                               torch::bitwise_and(z * 805459861ll, kLow32)),
-            table_size - 1);
-      }
-      torch::Tensor w = torch::ones({positions.size(0)}, positions.options());
-      for (int a = 0; a < 3; ++a) {
-        const torch::Tensor f = frac.select(1, a);
-        w = w * (d[a] ? f : 1 - f);
-      }
-      level = level + w.unsqueeze(1) * embeddings.select(0, l).index_select(0, row);
-    }
-    per_level.push_back(level);
-  }
-  return torch::cat(per_level, 1);
-}
+using test::reference_encoding;
 
 // Forward and v_embeddings of <encoding, cotangent> through `encode`.
 template <typename Encode>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/hash_encoding.h"
+#include "tests/reference/hash_encoding_reference.h"
 
 namespace {
 
@@ -40,45 +41,6 @@ Problem make_problem(const benchmark::State& state) {
   return p;
 }
 
-// The plain-LibTorch encoding: what one writes without a custom op (the test's reference).
-torch::Tensor reference(const torch::Tensor& positions, const torch::Tensor& embeddings,
-                        const HashEncodingConfig& c) {
-  const int64_t table_size = int64_t{1} << c.log2_hashmap_size;
-  const torch::Tensor unit = positions.clamp(0.0, 1.0);
-  std::vector<torch::Tensor> per_level;
-  for (int l = 0; l < c.levels; ++l) {
-    const int64_t n = static_cast<int64_t>(
-        std::floor(c.base_resolution * std::pow(c.per_level_scale, l) + 1e-6));
-    const int64_t stride = n + 1;
-    const bool dense = stride * stride * stride <= table_size;
-    const torch::Tensor pos = unit * static_cast<float>(n);
-    const torch::Tensor lower = pos.floor().clamp_max(static_cast<double>(n - 1));
-    const torch::Tensor frac = pos - lower;
-    const torch::Tensor corner = lower.to(torch::kInt64);
-    const torch::Tensor table = embeddings.select(0, l);
-    torch::Tensor level;
-    for (int k = 0; k < 8; ++k) {
-      const int64_t d[3] = {k & 1, (k >> 1) & 1, (k >> 2) & 1};
-      const torch::Tensor x = corner.select(1, 0) + d[0];
-      const torch::Tensor y = corner.select(1, 1) + d[1];
-      const torch::Tensor z = corner.select(1, 2) + d[2];
-      const torch::Tensor row =
-          dense ? x + y * stride + z * stride * stride
-                : torch::bitwise_and(
-                      torch::bitwise_xor(
-                          torch::bitwise_xor(x, torch::bitwise_and(y * 2654435761ll, 0xFFFFFFFFll)),
-                          torch::bitwise_and(z * 805459861ll, 0xFFFFFFFFll)),
-                      table_size - 1);
-      const torch::Tensor w = (d[0] ? frac.select(1, 0) : 1 - frac.select(1, 0)) *
-                              (d[1] ? frac.select(1, 1) : 1 - frac.select(1, 1)) *
-                              (d[2] ? frac.select(1, 2) : 1 - frac.select(1, 2));
-      const torch::Tensor term = w.unsqueeze(1) * table.index_select(0, row);
-      level = level.defined() ? level + term : term;
-    }
-    per_level.push_back(level);
-  }
-  return torch::cat(per_level, 1);
-}
 
 void set_counters(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));  // points/s
@@ -98,7 +60,7 @@ void Reference_Forward(benchmark::State& state) {
   const Problem p = make_problem(state);
   torch::NoGradGuard no_grad;
   for (auto _ : state) {
-    auto out = reference(p.positions, p.embeddings, p.config);
+    auto out = tessera::test::reference_encoding(p.positions, p.embeddings, p.config);
     benchmark::DoNotOptimize(out.data_ptr());
   }
   set_counters(state);
@@ -121,7 +83,7 @@ void Reference_ForwardBackward(benchmark::State& state) {
   const Problem p = make_problem(state);
   const torch::Tensor table = p.embeddings.clone().requires_grad_(true);
   for (auto _ : state) {
-    auto out = reference(p.positions, table, p.config);
+    auto out = tessera::test::reference_encoding(p.positions, table, p.config);
     auto grads = torch::autograd::grad({out.sum()}, {table});
     benchmark::DoNotOptimize(grads[0].data_ptr());
   }
