@@ -12,3 +12,8 @@ foreach(op volume_render hash_encoding ray_march)
     tessera_kernels benchmark::benchmark benchmark::benchmark_main tessera_options)
   tessera_use_pch(bench_${op})
 endforeach()
+
+# 3D Gaussian splatting ops: projection with EWA splatting, spherical harmonics (below: their
+# tests), tile binning and rasterization (further below).
+# -- projection and spherical harmonics --
+# -- tile binning and rasterization --
