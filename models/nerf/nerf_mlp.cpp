@@ -1,6 +1,8 @@
 // nerf-mlp: the classic NeRF MLP with stratified sampling and volume rendering.
 #include "models/nerf/nerf_mlp.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "framework/checkpoint.h"
@@ -10,10 +12,54 @@
 
 namespace tessera::models::nerf {
 
+std::vector<int> plan_trunk_segments(const NerfMlpOptions& o, int64_t x_width, int64_t d_width) {
+  // The cost model, in floats stored per sample: layer i keeps its ReLU output (width), and the
+  // skip layer also its concatenated input (width + x_width); the heads keep [features, encoded
+  // direction] and the colour layer's ReLU output; a segment boundary keeps one width.
+  // With every segment checkpointed, backward through segment k holds the k earlier boundaries
+  // plus segment k's recomputed activations; through the heads, every boundary plus the heads.
+  const int n = o.layers;
+  const double width = static_cast<double>(o.width);
+  const double heads = width + static_cast<double>(d_width) + static_cast<double>(o.color_width);
+  std::vector<double> cost(n, width);
+  if (o.skip_layer >= 0 && o.skip_layer < n) cost[o.skip_layer] += width + static_cast<double>(x_width);
+  auto peak_of = [&](const std::vector<int>& begin) {
+    const int segments = static_cast<int>(begin.size()) - 1;
+    double peak = segments * width + heads;
+    for (int k = 0; k < segments; ++k) {
+      double stored = k * width;
+      for (int i = begin[k]; i < begin[k + 1]; ++i) stored += cost[i];
+      peak = std::max(peak, stored);
+    }
+    return peak;
+  };
+  // Exhaustive over the 2^(n-1) ways to cut the trunk (n <= 16); ties go to fewer segments.
+  // Deeper trunks take segments of ceil(sqrt(n)) layers, the classic sqrt(n) trade.
+  std::vector<int> best;
+  if (n <= 16) {
+    double best_peak = 0.0;
+    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+      std::vector<int> begin{0};
+      for (int i = 1; i < n; ++i)
+        if (cuts & (1u << (i - 1))) begin.push_back(i);
+      begin.push_back(n);
+      const double peak = peak_of(begin);
+      if (best.empty() || peak < best_peak || (peak == best_peak && begin.size() < best.size())) {
+        best = begin;
+        best_peak = peak;
+      }
+    }
+  } else {
+    const int per_segment = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
+    for (int b = 0; b < n; b += per_segment) best.push_back(b);
+    best.push_back(n);
+  }
+  return best;
+}
+
 NerfMlp::NerfMlp(const NerfMlpOptions& options, const ModelContext& context, uint64_t seed)
     : options_(options), context_(context) {
-  if (options_.layers < 2 || options_.layers % 2 != 0)
-    throw std::invalid_argument("nerf-mlp: layers must be even and >= 2 (segments of two)");
+  if (options_.layers < 1) throw std::invalid_argument("nerf-mlp: layers must be >= 1");
   if (options_.skip_layer < 1 || options_.skip_layer >= options_.layers)
     throw std::invalid_argument("nerf-mlp: skip_layer must be in [1, layers)");
   if (options_.samples_per_ray < 1) throw std::invalid_argument("nerf-mlp: samples_per_ray < 1");
@@ -29,7 +75,8 @@ NerfMlp::NerfMlp(const NerfMlpOptions& options, const ModelContext& context, uin
   feature_ = make_dense(options_.width, options_.width, gen, dev);
   color_hidden_ = make_dense(options_.width + d_width, options_.color_width, gen, dev);
   color_out_ = make_dense(options_.color_width, 3, gen, dev);
-  checkpointed_.assign(options_.layers / 2 + 1, false);
+  segment_begin_ = plan_trunk_segments(options_, x_width, d_width);
+  checkpointed_.assign(num_trunk_segments() + 1, false);
 }
 
 std::vector<ParamGroup> NerfMlp::parameter_groups() {
@@ -41,7 +88,7 @@ std::vector<ParamGroup> NerfMlp::parameter_groups() {
 
 std::vector<std::string> NerfMlp::segment_names() const {
   std::vector<std::string> names;
-  for (int k = 0; k < options_.layers / 2; ++k) names.push_back("mlp" + std::to_string(k));
+  for (int k = 0; k < num_trunk_segments(); ++k) names.push_back("mlp" + std::to_string(k));
   names.push_back("heads");
   return names;
 }
@@ -58,7 +105,7 @@ void NerfMlp::set_checkpointed_segments(const std::vector<std::string>& names) {
 
 std::vector<torch::Tensor> NerfMlp::trunk_segment(int k, const std::vector<torch::Tensor>& in) const {
   auto h = in[0];
-  for (int i = 2 * k; i < 2 * k + 2; ++i) {
+  for (int i = segment_begin_[k]; i < segment_begin_[k + 1]; ++i) {
     if (i == options_.skip_layer) h = torch::cat({h, in[1]}, 1);
     h = torch::relu(trunk_[i](i == 0 ? in[1] : h));
   }
@@ -120,7 +167,7 @@ std::vector<SegmentInfo> NerfMlp::measure_segments(const RayBatch& rays, const S
   std::vector<SegmentInfo> infos;
   const auto names = segment_names();
   torch::Tensor h = torch::zeros({0}, p.x_enc.options());
-  const int segments = options_.layers / 2;
+  const int segments = num_trunk_segments();
   for (int k = 0; k < segments; ++k) {
     auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
     const SegmentMeasurement m = measure_segment(fn, {h, p.x_enc}, dev);
@@ -144,7 +191,7 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   const auto& d_enc = p.d_enc;
 
   torch::Tensor h = torch::zeros({0}, x_enc.options());  // segment 0 reads the encoding only
-  const int segments = options_.layers / 2;
+  const int segments = num_trunk_segments();
   for (int k = 0; k < segments; ++k) {
     auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
     h = checkpointed_[k] ? checkpoint(fn, {h, x_enc})[0] : fn({h, x_enc})[0];
