@@ -6,7 +6,7 @@ tessera_add_test(test_ray_march SOURCES test_ray_march.cpp LIBS tessera_kernels 
 
 # Google Benchmark binaries: run by hand (build/tests/bench_<op>), not by CTest.
 find_package(benchmark REQUIRED)
-foreach(op volume_render hash_encoding ray_march)
+foreach(op volume_render hash_encoding ray_march gaussian_projection gaussian_rasterize)
   add_executable(bench_${op} bench/bench_${op}.cpp)
   target_link_libraries(bench_${op} PRIVATE
     tessera_kernels benchmark::benchmark benchmark::benchmark_main tessera_options)
@@ -16,4 +16,11 @@ endforeach()
 # 3D Gaussian splatting ops: projection with EWA splatting, spherical harmonics (below: their
 # tests), tile binning and rasterization (further below).
 # -- projection and spherical harmonics --
+tessera_add_test(test_gaussian_projection SOURCES test_gaussian_projection.cpp LIBS tessera_kernels
+                 LABELS cuda)
+tessera_add_test(test_spherical_harmonics SOURCES test_spherical_harmonics.cpp LIBS tessera_kernels
+                 LABELS cuda)
 # -- tile binning and rasterization --
+tessera_add_test(test_tile_binning SOURCES test_tile_binning.cpp LIBS tessera_kernels LABELS cuda)
+tessera_add_test(test_gaussian_rasterize SOURCES test_gaussian_rasterize.cpp LIBS tessera_kernels
+                 LABELS cuda)

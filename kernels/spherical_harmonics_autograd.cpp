@@ -1,0 +1,87 @@
+// spherical_harmonics' entry point: input checks, the torch::autograd::Function that saves what
+// backward needs, and the dispatch between the CPU and CUDA implementations.
+#include "kernels/spherical_harmonics.h"
+
+#include <torch/autograd.h>
+
+namespace tessera::kernels {
+
+namespace {
+
+void check_inputs(int64_t degree, const torch::Tensor& dirs, const torch::Tensor& coeffs) {
+  TORCH_CHECK(degree >= 0 && degree <= kMaxShDegree, "spherical_harmonics: degree must be in [0, ",
+              kMaxShDegree, "], got ", degree);
+  TORCH_CHECK(dirs.dim() == 2 && dirs.size(1) == 3,
+              "spherical_harmonics: dirs must be [N, 3], got ", dirs.sizes());
+  const int64_t n = dirs.size(0);
+  TORCH_CHECK(coeffs.dim() == 3 && coeffs.size(0) == n && coeffs.size(2) == 3,
+              "spherical_harmonics: coeffs must be [N, K, 3] with N = ", n, ", got ",
+              coeffs.sizes());
+  const int64_t k = coeffs.size(1);
+  TORCH_CHECK(k == 1 || k == 4 || k == 9 || k == 16,
+              "spherical_harmonics: coeffs must hold K = (max_degree + 1)^2 in {1, 4, 9, 16} "
+              "coefficients per channel, got K = ", k);
+  TORCH_CHECK(k >= (degree + 1) * (degree + 1), "spherical_harmonics: degree ", degree,
+              " needs K >= ", (degree + 1) * (degree + 1), " coefficients, got K = ", k);
+  const auto dtype = dirs.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat64,
+              "spherical_harmonics: dirs must be float32 or float64, got ", dtype);
+  TORCH_CHECK(coeffs.scalar_type() == dtype, "spherical_harmonics: coeffs must have the dtype of "
+              "dirs (", dtype, "), got ", coeffs.scalar_type());
+  TORCH_CHECK(coeffs.device() == dirs.device(), "spherical_harmonics: coeffs must be on ",
+              dirs.device(), ", got ", coeffs.device());
+}
+
+// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
+bool use_cuda(const torch::Tensor& t) {
+  if (t.is_cpu()) return false;
+#ifdef TESSERA_WITH_CUDA
+  if (t.is_cuda()) return true;
+#endif
+  TORCH_CHECK(false, "spherical_harmonics: no implementation for device ", t.device(),
+              " in this build");
+  return false;
+}
+
+}  // namespace
+
+torch::autograd::variable_list SphericalHarmonicsFunction::forward(
+    torch::autograd::AutogradContext* ctx, int64_t degree, const torch::Tensor& dirs,
+    const torch::Tensor& coeffs) {
+  check_inputs(degree, dirs, coeffs);
+  torch::Tensor colors;
+  if (use_cuda(dirs)) {
+#ifdef TESSERA_WITH_CUDA
+    colors = cuda::spherical_harmonics_fwd(degree, dirs, coeffs);
+#endif
+  } else {
+    colors = cpu::spherical_harmonics_fwd(degree, dirs, coeffs);
+  }
+  ctx->save_for_backward({dirs, coeffs});
+  ctx->saved_data["degree"] = degree;
+  return {colors};
+}
+
+torch::autograd::variable_list SphericalHarmonicsFunction::backward(
+    torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad_outputs) {
+  const torch::autograd::variable_list s = ctx->get_saved_variables();
+  const int64_t degree = ctx->saved_data["degree"].toInt();
+  const torch::Tensor& v_colors = grad_outputs[0];  // materialized: defined
+  SphericalHarmonicsGrads grads;
+  if (use_cuda(s[0])) {
+#ifdef TESSERA_WITH_CUDA
+    grads = cuda::spherical_harmonics_bwd(degree, s[0], s[1], v_colors);
+#endif
+  } else {
+    grads = cpu::spherical_harmonics_bwd(degree, s[0], s[1], v_colors);
+  }
+  // One gradient per forward input: degree, dirs, coeffs.
+  return {torch::Tensor(), grads.v_dirs, grads.v_coeffs};
+}
+
+torch::Tensor spherical_harmonics(int64_t degree, const torch::Tensor& dirs,
+                                  const torch::Tensor& coeffs) {
+  return SphericalHarmonicsFunction::apply(degree, dirs, coeffs)[0];
+}
+
+}  // namespace tessera::kernels
