@@ -16,6 +16,7 @@ hid_t file_type(Type type) {
     case Type::I32: return H5T_STD_I32LE;
     case Type::F32: return H5T_IEEE_F32LE;
     case Type::F64: return H5T_IEEE_F64LE;
+    case Type::I64: return H5T_STD_I64LE;
   }
   return H5I_INVALID_HID;
 }
@@ -26,6 +27,7 @@ hid_t memory_type(Type type) {
     case Type::I32: return H5T_NATIVE_INT32;
     case Type::F32: return H5T_NATIVE_FLOAT;
     case Type::F64: return H5T_NATIVE_DOUBLE;
+    case Type::I64: return H5T_NATIVE_INT64;
   }
   return H5I_INVALID_HID;
 }
@@ -87,6 +89,62 @@ QuietErrors::QuietErrors() {
 
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
 
+namespace {
+// One stack entry as text, collected innermost first by ErrorCapture::record.
+struct StackText {
+  std::vector<std::string> lines;
+  std::string os_cause;  // "No space left on device", from a driver's "error message = '...'"
+  std::string mpi_cause;  // the text of an "MPI Error String" entry
+  std::string innermost;  // the innermost description and its minor message
+};
+
+herr_t collect_entry(unsigned /*n*/, const H5E_error2_t* entry, void* data) {
+  auto& text = *static_cast<StackText*>(data);
+  const std::string description = entry->desc ? entry->desc : "";
+  char minor[256] = {0};
+  H5Eget_msg(entry->min_num, nullptr, minor, sizeof(minor));
+  text.lines.push_back(std::string(entry->func_name ? entry->func_name : "?") + ": " +
+                       description + " (" + minor + ")");
+  if (text.innermost.empty()) text.innermost = description + " (" + minor + ")";
+  // The sec2 driver reports a failed system call as "..., errno = 28, error message = 'No space
+  // left on device', ...".
+  constexpr const char* kMarker = "error message = '";
+  const size_t at = description.find(kMarker);
+  if (text.os_cause.empty() && at != std::string::npos) {
+    const size_t begin = at + std::string(kMarker).size();
+    text.os_cause = description.substr(begin, description.find('\'', begin) - begin);
+  }
+  if (text.mpi_cause.empty() && std::string(minor) == "MPI Error String")
+    text.mpi_cause = description;
+  return 0;
+}
+}  // namespace
+
+ErrorCapture::ErrorCapture() {
+  H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, &ErrorCapture::record, this);
+}
+
+ErrorCapture::~ErrorCapture() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
+
+void ErrorCapture::clear() {
+  cause_.clear();
+  stack_.clear();
+}
+
+herr_t ErrorCapture::record(hid_t stack, void* self_data) {
+  auto& self = *static_cast<ErrorCapture*>(self_data);
+  if (!self.cause_.empty()) return 0;  // keep the first failure: later ones are its echoes
+  StackText text;
+  H5Ewalk2(stack, H5E_WALK_UPWARD, collect_entry, &text);
+  for (const std::string& line : text.lines) self.stack_ += line + "\n";
+  if (!text.os_cause.empty()) self.cause_ = text.os_cause;
+  else if (!text.mpi_cause.empty()) self.cause_ = text.mpi_cause;
+  else if (!text.innermost.empty()) self.cause_ = text.innermost;
+  else self.cause_ = "HDF5 reported an error without details";
+  return 0;
+}
+
 // ---- Types ----
 
 const char* type_name(Type type) {
@@ -95,9 +153,13 @@ const char* type_name(Type type) {
     case Type::I32: return "i32";
     case Type::F32: return "f32";
     case Type::F64: return "f64";
+    case Type::I64: return "i64";
   }
   return "?";
 }
+
+hid_t stored_type_id(Type type) { return file_type(type); }
+hid_t native_type_id(Type type) { return memory_type(type); }
 
 bool has_type(hid_t dataset, Type type) {
   Id stored(H5_CHECK(H5Dget_type(dataset)), H5Tclose);
@@ -110,6 +172,8 @@ bool has_type(hid_t dataset, Type type) {
       return type_class == H5T_INTEGER && size == 4 && H5Tget_sign(stored.get()) == H5T_SGN_2;
     case Type::F32: return type_class == H5T_FLOAT && size == 4;
     case Type::F64: return type_class == H5T_FLOAT && size == 8;
+    case Type::I64:
+      return type_class == H5T_INTEGER && size == 8 && H5Tget_sign(stored.get()) == H5T_SGN_2;
   }
   return false;
 }
@@ -160,6 +224,25 @@ Id open_file_read_only(const std::string& path) {
 }
 
 void flush(hid_t file) { H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL)); }
+
+#ifdef H5_HAVE_PARALLEL
+Id create_file_mpio(const std::string& path, MPI_Comm comm) {
+  Id fapl = file_access();
+  H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));  // as create_file
+  H5_CHECK(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+  // Metadata is read once and broadcast, and written collectively, instead of by every rank.
+  H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), true));
+  H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), true));
+  hid_t file = H5I_INVALID_HID;
+  {
+    QuietErrors quiet;
+    file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  }
+  if (file < 0)
+    throw UserError(path + ": cannot create the file (does the directory exist, is it writable?)");
+  return Id(file, H5Fclose);
+}
+#endif
 
 // ---- Groups and links ----
 
@@ -259,6 +342,26 @@ void write_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
                     data));
 }
 
+void write_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, const void* data, hid_t transfer) {
+  bool empty = false;
+  for (const hsize_t n : count) empty = empty || n == 0;
+  if (!empty) {
+    Id file_space = selected_space(dataset, start, count);
+    Id memory_space = simple_space(count);
+    H5_CHECK(H5Dwrite(dataset, memory_type(type), memory_space.get(), file_space.get(), transfer,
+                      data));
+    return;
+  }
+  Id file_space(H5_CHECK(H5Dget_space(dataset)), H5Sclose);
+  H5_CHECK(H5Sselect_none(file_space.get()));
+  Id memory_space = simple_space({1});
+  H5_CHECK(H5Sselect_none(memory_space.get()));
+  const unsigned char unused = 0;
+  H5_CHECK(H5Dwrite(dataset, memory_type(type), memory_space.get(), file_space.get(), transfer,
+                    data ? data : &unused));
+}
+
 void read_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
                 const std::vector<hsize_t>& count, void* data) {
   Id file_space = selected_space(dataset, start, count);
@@ -315,6 +418,14 @@ void write_doubles_attribute(hid_t object, const std::string& name,
                   values.data());
 }
 
+void write_int64_attribute(hid_t object, const std::string& name, int64_t value) {
+  write_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, {}, &value);
+}
+
+void write_uint64_attribute(hid_t object, const std::string& name, uint64_t value) {
+  write_attribute(object, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, {}, &value);
+}
+
 AttributeInfo attribute_info(hid_t object, const std::string& name) {
   Id attribute = open_attribute(object, name);
   Id type(H5_CHECK(H5Aget_type(attribute.get())), H5Tclose);
@@ -358,6 +469,18 @@ std::vector<double> read_doubles_attribute(hid_t object, const std::string& name
   std::vector<double> values(static_cast<size_t>(element_count(attribute.get())));
   H5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()));
   return values;
+}
+
+std::optional<uint64_t> read_uint64_attribute(hid_t object, const std::string& name) {
+  if (!has_attribute(object, name)) return std::nullopt;
+  Id attribute = open_attribute(object, name);
+  Id stored(H5_CHECK(H5Aget_type(attribute.get())), H5Tclose);
+  if (H5Tget_class(stored.get()) != H5T_INTEGER || H5Tget_size(stored.get()) != 8 ||
+      H5Tget_sign(stored.get()) != H5T_SGN_NONE || element_count(attribute.get()) != 1)
+    return std::nullopt;
+  uint64_t value = 0;
+  H5_CHECK(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value));
+  return value;
 }
 
 }  // namespace tessera::data::h5

@@ -27,10 +27,42 @@ class Id {
   bool valid() const { return id_ >= 0; }
   void reset();  // closes now, ignoring a failure (destructors must not throw)
   void close();  // closes now and throws when HDF5 reports a failure (e.g. a final flush)
+  // Gives up ownership without closing and returns the identifier (for a caller that must keep a
+  // file whose close failed, to retry it).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
   Closer closer_ = nullptr;
+};
+
+// While alive, HDF5 prints no error stack and the first failure's stack is kept, so that a caller
+// can name the cause ("No space left on device") in its own message. Nests with QuietErrors.
+class ErrorCapture {
+ public:
+  ErrorCapture();
+  ~ErrorCapture();
+  ErrorCapture(const ErrorCapture&) = delete;
+  ErrorCapture& operator=(const ErrorCapture&) = delete;
+
+  // The innermost cause of the first failure since construction or clear(): the operating
+  // system's or MPI's error text when HDF5 reports one, else HDF5's innermost description; ""
+  // when nothing failed.
+  const std::string& cause() const { return cause_; }
+  // Every line of that failure's stack, innermost first.
+  const std::string& stack() const { return stack_; }
+  void clear();
+
+ private:
+  static herr_t record(hid_t stack, void* self);
+  H5E_auto2_t function_ = nullptr;
+  void* data_ = nullptr;
+  std::string cause_;
+  std::string stack_;
 };
 
 // While alive, HDF5 prints no error stack. For calls whose failure is expected and turned into
@@ -48,9 +80,12 @@ class QuietErrors {
 };
 
 // Element types of Tessera files. On disk they are little-endian (H5T_STD_U8LE, H5T_STD_I32LE,
-// H5T_IEEE_F32LE, H5T_IEEE_F64LE); in memory they are the native types.
-enum class Type { U8, I32, F32, F64 };
-const char* type_name(Type type);  // "u8", "i32", "f32", "f64"
+// H5T_IEEE_F32LE, H5T_IEEE_F64LE, H5T_STD_I64LE); in memory they are the native types.
+enum class Type { U8, I32, F32, F64, I64 };
+const char* type_name(Type type);  // "u8", "i32", "f32", "f64", "i64"
+// The HDF5 type ids of `type` on disk (little-endian) and in memory (native); library constants.
+hid_t stored_type_id(Type type);
+hid_t native_type_id(Type type);
 // True when `dataset`'s stored element type is `type` (class, size and signedness).
 bool has_type(hid_t dataset, Type type);
 // The stored element type of `dataset` in words, for error messages ("f32", "string", ...).
@@ -64,6 +99,12 @@ Id create_file(const std::string& path);
 // HDF5?)".
 Id open_file_read_only(const std::string& path);
 void flush(hid_t file);
+#ifdef H5_HAVE_PARALLEL
+// Creates (truncating) `path` collectively over `comm` with the MPI-IO driver, with collective
+// metadata reads and writes. Every rank of `comm` must call it. Throws UserError when it cannot be
+// created.
+Id create_file_mpio(const std::string& path, MPI_Comm comm);
+#endif
 
 // ---- Groups and links ----
 enum class Kind { Missing, Group, Dataset, Other };
@@ -90,6 +131,10 @@ void write_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
                  const std::vector<hsize_t>& count, const void* data);
 void read_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
                 const std::vector<hsize_t>& count, void* data);
+// write_block with a transfer property list (collective MPI-IO). A `count` with a zero selects
+// nothing, so that a rank without data still takes part in a collective write.
+void write_block(hid_t dataset, Type type, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, const void* data, hid_t transfer);
 
 // ---- Attributes (on a file, group or dataset) ----
 bool has_attribute(hid_t object, const std::string& name);
@@ -99,6 +144,8 @@ void write_int_attribute(hid_t object, const std::string& name, int32_t value); 
 void write_double_attribute(hid_t object, const std::string& name, double value);      // f64 scalar
 void write_doubles_attribute(hid_t object, const std::string& name,
                              const std::vector<double>& values);                       // f64 [n]
+void write_int64_attribute(hid_t object, const std::string& name, int64_t value);      // i64 scalar
+void write_uint64_attribute(hid_t object, const std::string& name, uint64_t value);    // u64 scalar
 
 // What an attribute holds, so that readers can check it before reading.
 struct AttributeInfo {
@@ -111,5 +158,8 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
 // Every element converted to int64 / double (the caller checks attribute_info first).
 std::vector<int64_t> read_int_attribute(hid_t object, const std::string& name);
 std::vector<double> read_doubles_attribute(hid_t object, const std::string& name);
+// A scalar unsigned 64-bit integer attribute read without conversion; nullopt when absent or
+// not a scalar 8-byte unsigned integer.
+std::optional<uint64_t> read_uint64_attribute(hid_t object, const std::string& name);
 
 }  // namespace tessera::data::h5
