@@ -1,0 +1,334 @@
+// GaussianParams: groups, learning rates, exact grid kNN and initialization from points or at
+// random (see gaussian_params.h and docs/gaussians.md).
+#include "models/gaussians/gaussian_params.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace tessera::models::gaussians {
+namespace {
+
+// What a random stream is for; mixed into every hash so that streams never collide.
+constexpr uint64_t kPurposeInitPosition = 0x696e6974706f73ull;  // "initpos"
+constexpr uint64_t kPurposeInitColour = 0x696e6974636f6cull;    // "initcol"
+
+// Grid kNN: about this many points per cell for uniformly spread points, and at most this many
+// cells per point (flat or clustered point sets would otherwise ask for a huge grid).
+constexpr double kPointsPerCell = 2.0;
+constexpr double kMaxCellsPerPoint = 2.0;
+constexpr double kCellGrowth = 1.25;  // cell side growth while the grid is too large
+// Relative slack on the "no closer point outside the searched block" bound: covers the rounding
+// of the cell assignment (about 1e-16 relative), so the search stays exact.
+constexpr double kBoundSlack = 1e-7;
+constexpr int64_t kKnnGrain = 256;  // points per parallel_for task
+
+uint64_t mix64(uint64_t x) {
+  // splitmix64 finalizer (Steele et al. 2014): bijective, full avalanche.
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void check_rows(const torch::Tensor& t, const char* name, int64_t n,
+                std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> want{n};
+  want.insert(want.end(), tail.begin(), tail.end());
+  if (!t.defined() || t.sizes() != at::IntArrayRef(want))
+    throw std::invalid_argument(std::string("gaussians: ") + name + " must be " +
+                                c10::str(at::IntArrayRef(want)) + ", got " +
+                                (t.defined() ? c10::str(t.sizes()) : "undefined"));
+}
+
+}  // namespace
+
+uint64_t hash_values(std::initializer_list<uint64_t> values) {
+  uint64_t h = 0x6761757373ull;  // "gauss"
+  for (uint64_t v : values) h = mix64(h ^ mix64(v));
+  return h;
+}
+
+double uniform_from_hash(uint64_t h) {
+  constexpr double kInv2Pow53 = 1.0 / 9007199254740992.0;
+  return static_cast<double>(h >> 11) * kInv2Pow53;
+}
+
+double normal_from_hash(uint64_t h) {
+  const double u1 = uniform_from_hash(mix64(h ^ 0x1ull));
+  const double u2 = uniform_from_hash(mix64(h ^ 0x2ull));
+  return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);  // 1 - u1 in (0, 1]
+}
+
+std::array<torch::Tensor*, 6> GaussianParams::fields() {
+  return {&means, &log_scales, &quats, &opacity_logits, &sh_dc, &sh_rest};
+}
+std::array<const torch::Tensor*, 6> GaussianParams::fields() const {
+  return {&means, &log_scales, &quats, &opacity_logits, &sh_dc, &sh_rest};
+}
+
+std::vector<ParamGroup> GaussianParams::parameter_groups() const {
+  std::vector<ParamGroup> groups;
+  const auto f = fields();
+  for (size_t i = 0; i < f.size(); ++i) groups.push_back({kGroupNames[i], {*f[i]}});
+  return groups;
+}
+
+void GaussianParams::make_leaves() {
+  for (torch::Tensor* t : fields()) *t = t->detach().clone().set_requires_grad(true);
+}
+
+GaussianParams make_params(const torch::Tensor& means, const torch::Tensor& log_scales,
+                           const torch::Tensor& quats, const torch::Tensor& opacity_logits,
+                           const torch::Tensor& sh_dc, const torch::Tensor& sh_rest) {
+  const int64_t n = means.defined() ? means.size(0) : 0;
+  check_rows(means, "means", n, {3});
+  check_rows(log_scales, "log_scales", n, {3});
+  check_rows(quats, "quats", n, {4});
+  check_rows(opacity_logits, "opacity_logits", n, {});
+  check_rows(sh_dc, "sh_dc", n, {1, 3});
+  check_rows(sh_rest, "sh_rest", n, {kShCoeffs - 1, 3});
+  GaussianParams p{means, log_scales, quats, opacity_logits, sh_dc, sh_rest};
+  for (torch::Tensor* t : p.fields())
+    *t = t->detach().to(torch::kFloat32).clone().set_requires_grad(true);
+  return p;
+}
+
+double means_learning_rate(const LearningRates& rates, double extent, int64_t step) {
+  const double t = rates.means_decay_steps <= 0
+                       ? 1.0
+                       : std::clamp(static_cast<double>(step) / rates.means_decay_steps, 0.0, 1.0);
+  return extent * std::exp(std::log(rates.means_init) * (1.0 - t) + std::log(rates.means_final) * t);
+}
+
+std::array<double, 6> group_learning_rates(const LearningRates& rates, double extent,
+                                           int64_t step) {
+  return {means_learning_rate(rates, extent, step), rates.scales, rates.quats, rates.opacities,
+          rates.sh_dc, rates.sh_rest};
+}
+
+std::unique_ptr<torch::optim::Adam> make_optimizer(const GaussianParams& params,
+                                                   const LearningRates& rates, double extent) {
+  const auto lrs = group_learning_rates(rates, extent, 0);
+  const auto f = params.fields();
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (size_t i = 0; i < f.size(); ++i)
+    groups.emplace_back(std::vector<torch::Tensor>{*f[i]},
+                        std::make_unique<torch::optim::AdamOptions>(
+                            torch::optim::AdamOptions(lrs[i]).eps(rates.adam_eps)));
+  return std::make_unique<torch::optim::Adam>(
+      std::move(groups), torch::optim::AdamOptions(lrs[0]).eps(rates.adam_eps));
+}
+
+void set_learning_rates(torch::optim::Adam& optimizer, const GaussianParams& params,
+                        const LearningRates& rates, double extent, int64_t step) {
+  const auto lrs = group_learning_rates(rates, extent, step);
+  const auto f = params.fields();
+  for (auto& group : optimizer.param_groups()) {
+    if (group.params().empty()) continue;
+    for (size_t i = 0; i < f.size(); ++i)
+      if (group.params()[0].unsafeGetTensorImpl() == f[i]->unsafeGetTensorImpl())
+        static_cast<torch::optim::AdamOptions&>(group.options()).lr(lrs[i]);
+  }
+}
+
+double scene_extent(const std::vector<data::Camera>& cameras) {
+  constexpr double kInriaExtentMargin = 1.1;  // getNerfppNorm's radius = 1.1 x diagonal
+  if (cameras.empty()) return kInriaExtentMargin * kMinExtent;
+  double mean[3] = {0, 0, 0};
+  for (const auto& c : cameras)
+    for (int a = 0; a < 3; ++a) mean[a] += c.camera_to_world[a * 4 + 3] / cameras.size();
+  double radius = 0;
+  for (const auto& c : cameras) {
+    double d2 = 0;
+    for (int a = 0; a < 3; ++a) {
+      const double d = c.camera_to_world[a * 4 + 3] - mean[a];
+      d2 += d * d;
+    }
+    radius = std::max(radius, std::sqrt(d2));
+  }
+  return kInriaExtentMargin * std::max(radius, kMinExtent);
+}
+
+KnnResult knn(const torch::Tensor& points, int k) {
+  if (!points.defined() || points.dim() != 2 || points.size(1) != 3)
+    throw std::invalid_argument("knn: points must be [N, 3]");
+  if (k < 1) throw std::invalid_argument("knn: k must be >= 1");
+  const torch::Tensor pts = points.to(torch::kCPU, torch::kFloat32).contiguous();
+  const int64_t n = pts.size(0);
+  KnnResult out{torch::full({n, k}, std::numeric_limits<double>::infinity(), torch::kFloat64),
+                torch::full({n, k}, -1, torch::kInt64)};
+  if (n == 0) return out;
+  const float* p = pts.data_ptr<float>();
+
+  double lo[3], hi[3];
+  for (int a = 0; a < 3; ++a) lo[a] = hi[a] = p[a];
+  for (int64_t i = 0; i < n; ++i)
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = std::min(lo[a], static_cast<double>(p[i * 3 + a]));
+      hi[a] = std::max(hi[a], static_cast<double>(p[i * 3 + a]));
+    }
+  double ext[3], max_ext = 0;
+  for (int a = 0; a < 3; ++a) max_ext = std::max(max_ext, hi[a] - lo[a]);
+  if (!(max_ext > 0)) max_ext = 1.0;  // all points equal (or non-finite): one cell
+  for (int a = 0; a < 3; ++a) ext[a] = std::max(hi[a] - lo[a], max_ext * 1e-6);
+  double h = std::cbrt(ext[0] * ext[1] * ext[2] / static_cast<double>(n) * kPointsPerCell);
+  int64_t dims[3];
+  for (;;) {
+    double cells = 1;
+    for (int a = 0; a < 3; ++a) cells *= std::max(1.0, std::ceil(ext[a] / h));
+    if (cells <= kMaxCellsPerPoint * static_cast<double>(n) + 1) break;
+    h *= kCellGrowth;
+  }
+  for (int a = 0; a < 3; ++a)
+    dims[a] = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ext[a] / h)));
+  const int64_t num_cells = dims[0] * dims[1] * dims[2];
+
+  auto cell_coord = [&](double v, int a) {
+    const double c = std::floor((v - lo[a]) / h);
+    if (!std::isfinite(c)) return int64_t{0};  // non-finite points: any cell, never a crash
+    return static_cast<int64_t>(std::clamp(c, 0.0, static_cast<double>(dims[a] - 1)));
+  };
+  // Counting sort of the points by cell: cell c holds order[start[c] .. start[c + 1]).
+  std::vector<int64_t> cell_of(n), start(num_cells + 1, 0), order(n);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t c[3];
+    for (int a = 0; a < 3; ++a) c[a] = cell_coord(p[i * 3 + a], a);
+    cell_of[i] = (c[2] * dims[1] + c[1]) * dims[0] + c[0];
+    ++start[cell_of[i] + 1];
+  }
+  for (int64_t c = 0; c < num_cells; ++c) start[c + 1] += start[c];
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < n; ++i) order[fill[cell_of[i]]++] = i;
+  }
+
+  double* out_d = out.dist2.data_ptr<double>();
+  int64_t* out_i = out.indices.data_ptr<int64_t>();
+  at::parallel_for(0, n, kKnnGrain, [&](int64_t begin, int64_t end) {
+    std::vector<double> best_d(k);
+    std::vector<int64_t> best_i(k);
+    for (int64_t i = begin; i < end; ++i) {
+      const double q[3] = {p[i * 3], p[i * 3 + 1], p[i * 3 + 2]};
+      int64_t c[3];
+      for (int a = 0; a < 3; ++a) c[a] = cell_coord(q[a], a);
+      int found = 0;
+      auto visit = [&](int64_t cell) {
+        for (int64_t s = start[cell]; s < start[cell + 1]; ++s) {
+          const int64_t j = order[s];
+          if (j == i) continue;
+          const double dx = static_cast<double>(p[j * 3]) - q[0];
+          const double dy = static_cast<double>(p[j * 3 + 1]) - q[1];
+          const double dz = static_cast<double>(p[j * 3 + 2]) - q[2];
+          const double d2 = dx * dx + dy * dy + dz * dz;
+          if (found == k && !(d2 < best_d[k - 1])) continue;
+          int pos = found < k ? found++ : k - 1;
+          while (pos > 0 && best_d[pos - 1] > d2) {
+            best_d[pos] = best_d[pos - 1];
+            best_i[pos] = best_i[pos - 1];
+            --pos;
+          }
+          best_d[pos] = d2;
+          best_i[pos] = j;
+        }
+      };
+      for (int64_t r = 0;; ++r) {
+        // The shell of cells at Chebyshev distance exactly r from c.
+        for (int64_t z = std::max<int64_t>(0, c[2] - r); z <= std::min(dims[2] - 1, c[2] + r); ++z)
+          for (int64_t y = std::max<int64_t>(0, c[1] - r); y <= std::min(dims[1] - 1, c[1] + r);
+               ++y) {
+            const bool inner = std::abs(z - c[2]) < r && std::abs(y - c[1]) < r;
+            if (inner) {  // only the two end cells of this row lie on the shell
+              if (c[0] - r >= 0) visit((z * dims[1] + y) * dims[0] + c[0] - r);
+              if (c[0] + r < dims[0]) visit((z * dims[1] + y) * dims[0] + c[0] + r);
+              continue;
+            }
+            for (int64_t x = std::max<int64_t>(0, c[0] - r); x <= std::min(dims[0] - 1, c[0] + r);
+                 ++x)
+              visit((z * dims[1] + y) * dims[0] + x);
+          }
+        // Any point outside the searched block is at least `bound` away.
+        double bound = std::numeric_limits<double>::infinity();
+        bool covers_all = true;
+        for (int a = 0; a < 3; ++a) {
+          if (c[a] - r > 0) {
+            covers_all = false;
+            bound = std::min(bound, q[a] - (lo[a] + (c[a] - r) * h));
+          }
+          if (c[a] + r < dims[a] - 1) {
+            covers_all = false;
+            bound = std::min(bound, lo[a] + (c[a] + r + 1) * h - q[a]);
+          }
+        }
+        if (covers_all) break;
+        bound = std::max(0.0, bound - kBoundSlack * h);
+        if (found == k && best_d[k - 1] <= bound * bound) break;
+      }
+      for (int s = 0; s < found; ++s) {
+        out_d[i * k + s] = best_d[s];
+        out_i[i * k + s] = best_i[s];
+      }
+    }
+  });
+  return out;
+}
+
+GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& rgb,
+                                const std::array<double, 6>& bounds, const InitOptions& options,
+                                torch::Device device) {
+  torch::Tensor means, colours;
+  if (xyz.defined() && xyz.numel() > 0) {
+    if (xyz.dim() != 2 || xyz.size(1) != 3 || !rgb.defined() || rgb.sizes() != xyz.sizes())
+      throw std::invalid_argument("init_from_points: xyz [P, 3] and rgb [P, 3] expected");
+    means = xyz.to(torch::kCPU, torch::kFloat32).contiguous();
+    colours = rgb.to(torch::kCPU, torch::kFloat32) / 255.0f;
+  } else {
+    const int64_t n = options.random_count;
+    if (n < 0) throw std::invalid_argument("init_from_points: random_count must be >= 0");
+    means = torch::empty({n, 3}, torch::kFloat32);
+    colours = torch::empty({n, 3}, torch::kFloat32);
+    float* m = means.data_ptr<float>();
+    float* c = colours.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int a = 0; a < 3; ++a) {
+        const double u = uniform_from_hash(
+            hash_values({options.seed, kPurposeInitPosition, static_cast<uint64_t>(i),
+                         static_cast<uint64_t>(a)}));
+        m[i * 3 + a] = static_cast<float>(bounds[a] + (bounds[a + 3] - bounds[a]) * u);
+        c[i * 3 + a] = static_cast<float>(uniform_from_hash(hash_values(
+            {options.seed, kPurposeInitColour, static_cast<uint64_t>(i), static_cast<uint64_t>(a)})));
+      }
+  }
+  const int64_t n = means.size(0);
+  const KnnResult nn = knn(means, kInitNeighbours);
+  // Mean over the neighbours that exist (fewer than 3 only when N <= 3); none: the floor.
+  const torch::Tensor finite = torch::isfinite(nn.dist2);
+  const torch::Tensor count = finite.sum(1).clamp_min(1).to(torch::kFloat64);
+  const torch::Tensor mean_d2 =
+      (torch::where(finite, nn.dist2, torch::zeros_like(nn.dist2)).sum(1) / count)
+          .clamp_min(kMinInitDist2);
+  const torch::Tensor log_scale = (0.5 * mean_d2.log()).to(torch::kFloat32);  // log(sqrt(d2))
+  GaussianParams p = make_params(
+      means, log_scale.unsqueeze(1).repeat({1, 3}),
+      torch::tensor({1.0f, 0.0f, 0.0f, 0.0f}).repeat({n, 1}),
+      torch::full({n}, static_cast<float>(std::log(kInitOpacity / (1.0 - kInitOpacity)))),
+      ((colours - 0.5) / kShC0).unsqueeze(1), torch::zeros({n, kShCoeffs - 1, 3}));
+  if (device != torch::kCPU)
+    for (torch::Tensor* t : p.fields()) *t = t->detach().to(device).set_requires_grad(true);
+  return p;
+}
+
+GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,
+                               torch::Device device) {
+  torch::Tensor xyz, rgb;
+  if (scene.has_points()) {
+    xyz = scene.read_points_xyz();
+    rgb = scene.read_points_rgb();
+  }
+  return init_from_points(xyz, rgb, scene.meta().scene_bounds, options, device);
+}
+
+}  // namespace tessera::models::gaussians

@@ -1,0 +1,34 @@
+// INRIA 3DGS .ply export and import: binary little-endian float32 vertices with the properties
+// x y z nx ny nz f_dc_0..2 f_rest_0..44 opacity scale_0..2 rot_0..3, values before activation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "models/gaussians/gaussian_params.h"
+
+namespace tessera::models::gaussians {
+
+// Float properties per vertex written by write_ply (3 + 3 + 3 + 45 + 1 + 3 + 4).
+constexpr int64_t kPlyProperties = 62;
+
+// The exact header write_ply writes for n Gaussians (ends with "end_header\n").
+std::string ply_header(int64_t n);
+
+// Writes `params` (any device) to `path` atomically: into "<path>.tmp-<pid>", then renamed. The
+// normals are zero; f_rest is channel-major: f_rest_{c * 15 + k} = sh_rest[:, k, c]. Throws
+// UserError when the file cannot be written (the temporary file is removed).
+void write_ply(const std::string& path, const GaussianParams& params);
+
+// Reads an INRIA-layout .ply. Properties are found by name (any order; normals optional; other
+// float properties ignored); f_rest may hold 0, 9, 24 or 45 values (SH degree 0..3), missing
+// higher coefficients are zero. Throws tessera::UserError naming the file and the problem for
+// anything else: not a ply, not binary_little_endian 1.0, no vertex element or another element,
+// a non-float or list property, a missing property, an f_rest count or numbering that is not a
+// degree's, a vertex count that is not a number, or a data size that does not match the count.
+// The tensors are float32 leaves that require grad, on `device`.
+GaussianParams read_ply(const std::string& path, torch::Device device = torch::kCPU);
+
+}  // namespace tessera::models::gaussians
