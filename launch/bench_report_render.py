@@ -1,0 +1,415 @@
+# Renders the raw results of launch/bench-report (JSON lines, Google Benchmark JSON, metadata)
+# into docs/performance.md with ratio tables and PNG plots (matplotlib). Run by launch/bench-report.
+import argparse
+import json
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MIB = 1024.0 * 1024.0
+
+
+def read_env(path):
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                out[k] = v
+    return out
+
+
+def read_jsonl(path):
+    rows = []
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return rows
+
+
+def read_commands(path):
+    cmds = []
+    if os.path.exists(path):
+        for line in open(path):
+            parts = line.rstrip("\n").split("\t", 4)
+            if len(parts) == 5:
+                label, out, secs, rc, cmd = parts
+                cmds.append({"label": label, "out": out, "seconds": secs, "rc": rc, "cmd": cmd})
+    return cmds
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "—"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def ratio(x, base):
+    if x is None or not base:
+        return "—"
+    return f"{x / base:.2f}×"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def status_note(cmds, label):
+    for c in cmds:
+        if c["label"] == label and c["rc"] not in ("0",):
+            return f"\n\n**{label} did not complete** (status {c['rc']}); see its log in the raw folder."
+    return ""
+
+
+def human_bytes(b):
+    for unit, scale in (("MiB", MIB), ("KiB", 1024.0)):
+        if b >= scale:
+            return f"{b / scale:g} {unit}"
+    return f"{b} B"
+
+
+def section_allreduce(raw, cmds, plots, doc_dir):
+    out = ["## Allreduce: Communicator vs raw MPI",
+           "",
+           "`tessera bench allreduce --device cpu` under `mpirun -np N`: Tessera's `Communicator::allreduce` "
+           "(float32 sum) against a raw `MPI_Allreduce` on the same buffer in the same run, each the median "
+           "of interleaved runs on the slowest rank. Ratio = Tessera time / raw time (1.00× = no overhead).",
+           ""]
+    series = {}
+    rows = []
+    for np_ in (2, 4):
+        for r in read_jsonl(os.path.join(raw, f"allreduce-np{np_}.jsonl")):
+            t, b = r.get("tessera_s"), r.get("raw_s")
+            rows.append([r.get("ranks"), human_bytes(r["bytes"]), fmt(t * 1e3), fmt(b * 1e3),
+                         ratio(t, b), fmt(r.get("busbw_gbs"))])
+            series.setdefault(r.get("ranks"), []).append((r["bytes"], t / b if b else None))
+    if not rows:
+        out.append("No results." + status_note(cmds, "allreduce-np2") + status_note(cmds, "allreduce-np4"))
+        return "\n".join(out)
+    out.append(table(["ranks", "message", "Tessera (ms)", "raw MPI (ms)", "ratio vs raw",
+                      "bus bandwidth (GB/s)"], rows))
+    out[-1] += status_note(cmds, "allreduce-np2") + status_note(cmds, "allreduce-np4")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for n, pts in sorted(series.items()):
+        pts = [p for p in pts if p[1] is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{n} ranks")
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("Tessera time / raw MPI time")
+    ax.set_title("Allreduce overhead vs raw MPI")
+    ax.legend()
+    fig.tight_layout()
+    path = os.path.join(plots, "allreduce_ratio.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out += ["", f"![allreduce ratio]({os.path.relpath(path, doc_dir)})"]
+    return "\n".join(out)
+
+
+def section_nerf(raw, cmds, plots, doc_dir, meta):
+    out = ["## NeRF training (`tessera bench nerf`)", ""]
+    tput = {}
+    for np_ in (1, 2, 4):
+        for r in read_jsonl(os.path.join(raw, f"nerf-np{np_}.jsonl")):
+            if r.get("case") == "throughput":
+                tput.setdefault(r["model"], {})[r["ranks"]] = r["rays_per_s"]
+    cpus = int(meta.get("cpus", "0") or 0)
+    out += ["### Throughput and scaling over ranks",
+            "",
+            "Global rays/s over the timed optimizer steps through the `Trainer` (ray sharding, gradient "
+            "sync), for the same global batch at 1, 2 and 4 ranks. Speed-up = rays/s / rays/s at 1 rank "
+            "(same run); efficiency = speed-up / ranks."
+            + (f" This machine has {cpus} CPUs, so 4 ranks are oversubscribed and each rank gets a "
+               "share of the cores: scaling here measures overhead, not added hardware." if cpus and cpus < 4 else ""),
+            ""]
+    rows = []
+    for model, by_n in sorted(tput.items()):
+        base = by_n.get(1)
+        for n in sorted(by_n):
+            sp = by_n[n] / base if base else None
+            rows.append([model, n, fmt(by_n[n]), ratio(by_n[n], base), f"{sp / n:.2f}" if sp else "—"])
+    if rows:
+        out.append(table(["model", "ranks", "rays/s", "speed-up vs 1 rank", "efficiency"], rows))
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for model, by_n in sorted(tput.items()):
+            ns = sorted(by_n)
+            ax.plot(ns, [by_n[n] for n in ns], marker="o", label=model)
+            if 1 in by_n:
+                ax.plot(ns, [by_n[1] * n for n in ns], ls=":", color=ax.lines[-1].get_color(), lw=0.8)
+        ax.set_xticks([1, 2, 4])
+        ax.set_xlabel("ranks (dotted: linear scaling from 1 rank)")
+        ax.set_ylabel("global rays/s")
+        ax.set_title("NeRF training throughput over ranks")
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(plots, "nerf_scaling.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out += ["", f"![scaling]({os.path.relpath(path, doc_dir)})"]
+    else:
+        out.append("No results.")
+    out[-1] += "".join(status_note(cmds, f"nerf-np{n}") for n in (1, 2, 4))
+
+    fixed = read_jsonl(os.path.join(raw, "nerf-np1.jsonl"))
+    ckpt = [r for r in fixed if r.get("case") == "checkpoint"]
+    out += ["", "### Activation checkpointing policies",
+            "",
+            "One forward + backward of a fixed `nerf-mlp` batch on one rank with each policy: `none`, "
+            "`segments` (every segment checkpointed) and `budget` (the planner's choice for half of the "
+            "measured activation bytes). Peak = bytes allocated above the step's start (the counting CPU "
+            "allocator; the caching allocator on CUDA). Ratios against `none` in the same run.",
+            ""]
+    if ckpt:
+        base = next((r for r in ckpt if r["policy"] == "none"), None)
+        rows = []
+        for r in ckpt:
+            rows.append([r["policy"], r["checkpointed"], r["rays"], fmt(r["peak_bytes"] / MIB),
+                         ratio(r["peak_bytes"], base and base["peak_bytes"]), fmt(r["step_s"]),
+                         ratio(r["step_s"], base and base["step_s"])])
+        out.append(table(["policy", "segments checkpointed", "rays", "peak (MiB)", "memory vs none",
+                          "step (s)", "time vs none"], rows))
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for r in ckpt:
+            ax.scatter(r["step_s"], r["peak_bytes"] / MIB, s=40)
+            ax.annotate(r["policy"], (r["step_s"], r["peak_bytes"] / MIB), textcoords="offset points",
+                        xytext=(6, 4))
+        ax.set_xlabel("step time (s)")
+        ax.set_ylabel("peak memory (MiB)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"Checkpoint policies, nerf-mlp, {ckpt[0]['rays']} rays")
+        fig.tight_layout()
+        path = os.path.join(plots, "checkpoint_memory_time.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out += ["", f"![checkpointing]({os.path.relpath(path, doc_dir)})"]
+    else:
+        out.append("No results.")
+
+    acc = [r for r in fixed if r.get("case") == "accumulate"]
+    out += ["", "### Gradient accumulation",
+            "",
+            "The same fixed batch split into K micro-batches (forward + backward each, one gradient): peak "
+            "memory should fall as 1/K, time stays about the same. Ratios against K = 1 in the same run.",
+            ""]
+    if acc:
+        base = next((r for r in acc if r["k"] == 1), None)
+        rows = [[r["k"], r["rays"], fmt(r["peak_bytes"] / MIB), ratio(r["peak_bytes"], base and base["peak_bytes"]),
+                 fmt(r["step_s"]), ratio(r["step_s"], base and base["step_s"])] for r in acc]
+        out.append(table(["K", "rays", "peak (MiB)", "memory vs K=1", "step (s)", "time vs K=1"], rows))
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ks = [r["k"] for r in acc]
+        ax.plot(ks, [r["peak_bytes"] / MIB for r in acc], marker="o", label="measured")
+        if base:
+            ax.plot(ks, [base["peak_bytes"] / MIB / k for k in ks], ls=":", color="gray", label="1/K")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks)
+        ax.set_xticklabels([str(k) for k in ks])
+        ax.set_xlabel("micro-batches K")
+        ax.set_ylabel("peak memory (MiB)")
+        ax.set_title(f"Accumulation, nerf-mlp, {acc[0]['rays']} rays")
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(plots, "accumulation_memory.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out += ["", f"![accumulation]({os.path.relpath(path, doc_dir)})"]
+    else:
+        out.append("No results.")
+    return "\n".join(out)
+
+
+def section_kernels(raw, cmds):
+    out = ["## Kernels vs plain LibTorch (`build/tests/bench_<op>`, CPU)",
+           "",
+           "Google Benchmark pairs `Op…` / `Reference…` with the same arguments: the op in `kernels/` "
+           "against the plain-LibTorch way of writing it, in the same process. Speed-up = reference time / "
+           "op time (above 1× = the op is faster). Real time; the mean of the repetitions in the full run. "
+           "An op benchmark with no reference twin shows —.",
+           ""]
+    rows = []
+    for c in cmds:
+        if not c["label"].startswith("kernel-"):
+            continue
+        op = c["label"][len("kernel-"):]
+        path = os.path.join(raw, c["out"])
+        if c["rc"] != "0" or not os.path.exists(path):
+            rows.append([op, "—", "—", "—", f"not run ({c['rc']})"])
+            continue
+        try:
+            data = json.load(open(path))
+        except json.JSONDecodeError:
+            rows.append([op, "—", "—", "—", "unreadable output"])
+            continue
+        times = {}
+        unit = {}
+        for b in data.get("benchmarks", []):
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "mean":
+                continue
+            name = b.get("run_name", b["name"])
+            times[name] = b["real_time"]
+            unit[name] = b.get("time_unit", "ns")
+        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+        for name, t in times.items():
+            if not name.startswith("Op"):
+                continue
+            ref_name = "Reference" + name[2:]
+            t_ms = t * scale[unit[name]]
+            ref = times.get(ref_name)
+            ref_ms = ref * scale[unit[ref_name]] if ref is not None else None
+            label = re.sub(r"/real_time$", "", name)
+            rows.append([op, f"`{label}`", fmt(t_ms), fmt(ref_ms),
+                         f"{ref_ms / t_ms:.2f}×" if ref_ms else "—"])
+    if rows:
+        out.append(table(["op", "benchmark", "op (ms)", "reference (ms)", "speed-up"], rows))
+    else:
+        out.append("No results.")
+    return "\n".join(out)
+
+
+def section_gaussians(raw, cmds):
+    out = ["## Gaussian splatting (`tessera bench gaussians`)", ""]
+    c = next((c for c in cmds if c["label"] == "gaussians"), None)
+    if c is None:
+        out.append("Not run (left out with `--only`).")
+    elif c["rc"] == "absent":
+        out.append("Skipped: this build has no `tessera bench gaussians` yet (issue #7). `launch/bench-report` "
+                   "runs it as soon as `tessera bench --help` lists it, and its JSON lines appear here as a table.")
+    else:
+        rows = read_jsonl(os.path.join(raw, c["out"]))
+        if not rows:
+            out.append("No results." + status_note(cmds, "gaussians"))
+        else:
+            keys = []
+            for r in rows:
+                keys += [k for k in r if k not in keys]
+            out.append(table(keys, [[fmt(r[k]) if isinstance(r.get(k), float) else r.get(k, "") for k in keys]
+                                    for r in rows]) + status_note(cmds, "gaussians"))
+    return "\n".join(out)
+
+
+GPU_SECTION = """## GPU check
+
+The figures above are CPU figures. `launch/gpu-check` builds Tessera on the lent GPU machine (one
+H200; torch 2.11 + CUDA 13.0, nvcc and CMake preinstalled, no network, no Debian packages of ours)
+and runs the CUDA tests and GPU benchmarks there, within 8 minutes:
+
+```bash
+launch/gpu-check-prepare                # here, with network: .debs into .gpu-debs/ (git-ignored, ~22 MiB)
+launch/gpu-check /tmp/gpucheck --dry-run  # here: every step up to the first that needs a GPU
+# on the GPU machine (device tool, from the repository root): carry [".gpu-debs"]
+launch/gpu-check $OUT
+```
+
+- `gpu-check-prepare` runs `apt-get download` for OpenMPI, HDF5 (OpenMPI flavour), TOML++, spdlog,
+  fmt, CLI11, nlohmann-json, GoogleTest, Google Benchmark, stb, ninja and pkgconf, and the shared
+  libraries OpenMPI, its plugins and HDF5 load (`--list` prints them). The GPU machine's own libc,
+  libstdc++ and compiler are used.
+- `gpu-check OUT_DIR` then runs these steps, each under `timeout`, within `--budget` (480 s):
+  `env` (GPU, driver, nvcc, compiler, CMake, torch), `debs` (all present), `unpack` (`dpkg -x` into a
+  prefix; `.pc` files relocated, OpenMPI relocated with `OPAL_PREFIX`, the alternatives' links made,
+  a library the machine already has used in place of the Debian 12 copy), `configure` (Ninja,
+  `TESSERA_PYTHON` = the preinstalled python with torch, `TESSERA_CUDA=ON`, every Debian dependency
+  checked to come from the prefix), `build` (all cores; `tessera` and only the test binaries with
+  CUDA cases), `tests` (`ctest -L cuda`, then the CUDA-vs-CPU cases of the other test binaries, e.g.
+  `test_checkpoint`'s), `bench` (`tessera bench nerf` on CUDA: throughput, peak memory with and without
+  checkpointing from the caching allocator, accumulation).
+- Precision: `tessera bench nerf` has no precision option yet, so the GPU run measures fp32; the
+  script runs fp32, bf16 and fp16 as soon as the bench has `--precision`. `tessera bench gaussians`
+  is hooked the same way. The kernel Google Benchmarks are CPU-only.
+- `OUT_DIR` gets at most the 8 files the device tool brings back: `summary.md`, `summary.json`,
+  `bench-nerf-cuda.jsonl`, `ctest-cuda.xml` and `details.tar.gz` (every step's log). Exit 0 when
+  every step passed, 1 when one failed, 2 on bad arguments or missing .debs.
+- `--dry-run` does `env`, `debs`, `unpack` (into a temporary prefix) and `configure` here, then stops
+  with a message before `build`. `launch/bench-report --gpu-results OUT_DIR` puts a GPU run's summary
+  into this document.
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--raw", required=True, help="raw folder of launch/bench-report")
+    ap.add_argument("--out", required=True, help="the Markdown report")
+    ap.add_argument("--plots", required=True, help="folder of the PNG plots")
+    ap.add_argument("--gpu-results", default="", help="OUT_DIR of a launch/gpu-check run")
+    a = ap.parse_args()
+    os.makedirs(a.plots, exist_ok=True)
+    doc_dir = os.path.dirname(os.path.abspath(a.out))
+    meta = read_env(os.path.join(a.raw, "meta.env"))
+    cmds = read_commands(os.path.join(a.raw, "commands.tsv"))
+    version = open(os.path.join(a.raw, "version.txt")).read().strip() if os.path.exists(
+        os.path.join(a.raw, "version.txt")) else "unknown"
+    quick = meta.get("quick") == "1"
+
+    doc = ["# Performance", "",
+           "Generated by `launch/bench-report" + (" --quick" if quick else "") + "`; rerun it to refresh "
+           "this file and the plots in `docs/performance/`. Every ratio compares two figures measured in "
+           "the same run on the same machine, so ratios are more trustworthy than absolute times.", ""]
+    if quick:
+        doc += ["> **Quick variant** (`--quick`): fewer repeats and smaller sizes (a 32×32 scene, 512-ray "
+                "training steps, 256-ray fixed batches, one timed repeat, 16 MiB largest allreduce, 0.05 s "
+                "per kernel benchmark). Good for spotting regressions, noisy as absolute numbers. Run "
+                "`launch/bench-report` without `--quick` for the full variant.", ""]
+    load = f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end"
+    doc += ["## Machine and build", "",
+            table(["", ""], [
+                ["date (UTC)", meta.get("date", "?")],
+                ["CPU", f"{meta.get('cpu', '?')}, {meta.get('cpus', '?')} CPUs ({meta.get('cores', '?')} cores)"],
+                ["memory", f"{meta.get('memory_gib', '?')} GiB"],
+                ["load average (1, 5, 15 min)", load],
+                ["git commit", meta.get("commit", "?") + (" with uncommitted changes" if meta.get("dirty") == "1" else "")],
+                ["build", f"`{meta.get('build_dir', 'build')}`"],
+                ["suite wall time", f"{meta.get('seconds', '?')} s"],
+            ]), "",
+            "`tessera --version`:", "", "```", version, "```", ""]
+    try:
+        load1 = float(meta.get("load_start", "0").split()[0])
+    except ValueError:
+        load1 = 0.0
+    cpus = int(meta.get("cpus", "1") or 1)
+    if load1 > 0.5 * cpus:
+        doc += [f"> **Noisy run:** the load average was {load1:g} on {cpus} CPUs when it started (other "
+                "processes, e.g. builds, shared the cores), so absolute times are inflated and vary; the "
+                "same-run ratios are less affected but not immune.", ""]
+    sections = {c["label"].split("-")[0] for c in cmds}
+    if "allreduce" in sections:
+        doc += [section_allreduce(a.raw, cmds, a.plots, doc_dir), ""]
+    if "nerf" in sections:
+        doc += [section_nerf(a.raw, cmds, a.plots, doc_dir, meta), ""]
+    if "kernel" in sections:
+        doc += [section_kernels(a.raw, cmds), ""]
+    if "gaussians" in sections:
+        doc += [section_gaussians(a.raw, cmds), ""]
+    doc += ["## Commands", "",
+            "Run from the repository root, in this order (`mpirun` flags from `launch/common.sh`); seconds "
+            "are wall time.", "",
+            table(["benchmark", "seconds", "status", "command"],
+                  [[c["label"], c["seconds"], "ok" if c["rc"] == "0" else c["rc"], f"`{c['cmd']}`"] for c in cmds]),
+            ""]
+    doc.append(GPU_SECTION)
+    if a.gpu_results:
+        summary = os.path.join(a.gpu_results, "summary.md")
+        text = open(summary).read()
+        text = re.sub(r"^#", "###", text, flags=re.M)
+        doc += ["### Latest GPU check results", "", text.strip(), ""]
+    with open(a.out, "w") as f:
+        f.write("\n".join(doc).rstrip() + "\n")
+    print(f"wrote {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
