@@ -37,6 +37,8 @@ struct TrainConfig {
   int64_t warmup_steps = 0;   // linear warm-up steps
   std::string precision;      // fp32 | bf16 | fp16 (the last two on CUDA)
   int64_t log_every = 0;      // steps between progress lines and metrics records
+  double adam_eps = 0.0;      // Adam's epsilon
+  int64_t max_skipped_steps = 0;  // consecutive non-finite steps that stop the run
 };
 
 // [sampling] — dynamic sampling: the fraction of training rays drawn per epoch.
@@ -57,6 +59,13 @@ struct CheckpointConfig {
   double budget_mib = 0;  // budget policy: activation memory per rank
 };
 
+// [snapshot] — snapshots in RUN_DIR/snapshots (docs/formats.md, docs/training_loop.md).
+struct SnapshotConfig {
+  int64_t every = 0;     // steps between snapshots; 0 = only at the end
+  int64_t keep = 0;      // newest snapshots kept; 0 = all
+  bool parallel = true;  // parallel HDF5 for sharded state
+};
+
 // [eval] — evaluation on held-out views.
 struct EvalConfig {
   int64_t every = 0;      // steps between evaluations; 0 = only at the end
@@ -74,8 +83,7 @@ struct DistributedConfig {
   double bucket_mib = 0;         // gradient sync: size of later buckets
 };
 
-// The resolved configuration. Section [snapshot] is accepted in files but has no keys yet. The
-// reference of every key is docs/config.md.
+// The resolved configuration. The reference of every key is docs/config.md.
 struct Config {
   RunConfig run;
   DataConfig data;
@@ -83,6 +91,7 @@ struct Config {
   TrainConfig train;
   SamplingConfig sampling;
   CheckpointConfig checkpoint;
+  SnapshotConfig snapshot;
   EvalConfig eval;
   DistributedConfig distributed;
   std::string source_path;  // the file it was loaded from ("" if none)

@@ -137,6 +137,12 @@ const std::vector<KeySpec>& schema() {
       key("train", "log_every", [](auto& c) -> auto& { return c.train.log_every; })
           .defaults_to(50).range(1, kMaxTrainSteps)
           .doc("Steps between progress lines and metrics.jsonl records."),
+      key("train", "adam_eps", [](auto& c) -> auto& { return c.train.adam_eps; })
+          .defaults_to(1e-15).range(0, 1)
+          .doc("Adam's epsilon (instant-ngp uses 1e-15; larger values damp the steps of weights with tiny gradients)."),
+      key("train", "max_skipped_steps", [](auto& c) -> auto& { return c.train.max_skipped_steps; })
+          .defaults_to(100).range(1, kMaxTrainSteps)
+          .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
           .doc("Schedule of the sampling rate, the fraction of training rays drawn per epoch."),
@@ -167,6 +173,15 @@ const std::vector<KeySpec>& schema() {
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
           .defaults_to(0.0).at_least(0)
           .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed."),
+      key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
+          .defaults_to(1000).range(0, kMaxTrainSteps)
+          .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),
+      key("snapshot", "keep", [](auto& c) -> auto& { return c.snapshot.keep; })
+          .defaults_to(3).range(0, 1000000)
+          .doc("Newest snapshots kept in RUN_DIR/snapshots (0 = keep all)."),
+      key("snapshot", "parallel", [](auto& c) -> auto& { return c.snapshot.parallel; })
+          .defaults_to(true)
+          .doc("Write sharded state with parallel HDF5 (every rank its own rows); false: rank 0 gathers and writes."),
       key("eval", "every", [](auto& c) -> auto& { return c.eval.every; })
           .defaults_to(0).at_least(0)
           .doc("Steps between evaluations; 0 = only at the end."),

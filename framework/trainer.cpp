@@ -87,10 +87,10 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
   if (!options_.out_dir.empty() && comm_.rank() == 0) {
     std::filesystem::create_directories(std::filesystem::path(options_.out_dir) / "renders");
     const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
-    // Every run starts at step 0 until resume exists, so a rerun in the same run directory
-    // starts a fresh record instead of mixing two runs' curves.
-    metrics_.open(path, std::ios::trunc);
-    if (!metrics_) throw UserError("cannot open " + path + " for writing; check run.out_dir");
+    // Opened here so that an unwritable run directory fails before training; run() reopens
+    // it to keep a resumed run's earlier records (trainer_output.cpp).
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) throw UserError("cannot open " + path + " for writing; check run.out_dir");
   }
   start_ = std::chrono::steady_clock::now();
 }
@@ -158,6 +158,7 @@ StepResult Trainer::train_step(int64_t step) {
   comm_.allreduce(found, distributed::ReduceOp::Max);
   result.skipped = scaler_->update(found.item<int64_t>() != 0);
   if (!result.skipped) optimizer_->step();
+  consecutive_skips_ = result.skipped ? consecutive_skips_ + 1 : 0;
   optimizer_->zero_grad(/*set_to_none=*/true);
 
   torch::Tensor global_loss = loss_sum.to(comm_.device()).reshape({1});

@@ -44,6 +44,15 @@ struct TrainerOptions {
   std::string precision = "fp32"; // "fp32" | "bf16" | "fp16" (the latter two on CUDA only)
   bool check_agreement = false;   // debug: check lr, rate, scale, skip on all ranks every step
   bool progress = true;           // rank 0 prints the progress line on stderr
+  // Snapshots (RUN_DIR/snapshots, needs out_dir): every N steps (0 = only at the end), and
+  // always at the end of run(), at `stop_after` and on SIGTERM/SIGINT.
+  int64_t snapshot_every = 0;
+  int64_t snapshot_keep = 3;          // newest snapshots kept (0 = all)
+  bool snapshot_parallel = true;      // parallel HDF5 for sharded state
+  std::string config_toml;            // the resolved config, stored in every snapshot
+  // run() returns after this many steps (snapshot written) as if interrupted; -1 = `steps`.
+  int64_t stop_after = -1;
+  int64_t max_skipped_steps = 100;    // consecutive non-finite steps that stop the run (error)
   distributed::GradientSyncOptions grad_sync;
 };
 
@@ -65,7 +74,9 @@ struct EvalResult {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;          // steps done when run() returned (the next step to train)
+  bool finished = false;      // all `steps` done (false: stopped by a signal or stop_after)
+  std::string last_snapshot;  // the snapshot written last ("" when none)
   double seconds = 0.0;
   double final_loss = 0.0;
   double rays_per_s = 0.0;  // global rays per second over the run
@@ -94,9 +105,27 @@ class Trainer {
   EvalResult evaluate(int64_t step, bool write = true);
   // Renders camera `index` of the scene: float32 [H, W, 3] on every rank. Collective.
   torch::Tensor render_view(size_t index, int64_t step);
+  // The same for any camera (e.g. an orbit around the scene), with the scene's near/far.
+  torch::Tensor render_camera(const data::Camera& camera, int64_t step);
+
+  // Snapshots (trainer_snapshot.cpp, layout in docs/formats.md). save_snapshot writes the state
+  // after next_step() steps to RUN_DIR/snapshots/step-NNNNNNNN.h5 and rotates; collective.
+  // load_snapshot restores parameters, Adam state, model state and loss scaler on every rank and
+  // continues at the snapshot's step; it refuses (UserError) a snapshot of another model kind or
+  // dataset. The world size may differ from the writer's.
+  std::string save_snapshot();
+  void load_snapshot(const std::string& path);
+  int64_t next_step() const { return steps_done_; }
+  // Identifies the dataset: its cameras, image sizes, splits and root attributes.
+  static std::string dataset_fingerprint(const data::SceneReader& scene);
 
   RaySampler& sampler() { return *sampler_; }
   const TrainerOptions& options() const { return options_; }
+  // What evaluate() renders from now on: the split and at most `max_views` views (-1 = all).
+  void set_eval_views(const std::string& split, int64_t max_views) {
+    options_.eval_split = split;
+    options_.eval_max_views = max_views;
+  }
   torch::optim::Adam& optimizer() { return *optimizer_; }
   const LossScaler& loss_scaler() const { return *scaler_; }
 
@@ -105,6 +134,7 @@ class Trainer {
 
  private:
   // trainer_output.cpp
+  void open_metrics();
   void log_step(const StepResult& result, const EvalResult* eval, double rays_per_s);
   void write_summary(const TrainSummary& summary);
 
@@ -124,6 +154,7 @@ class Trainer {
   std::ofstream metrics_;  // rank 0, when out_dir is set
   std::chrono::steady_clock::time_point start_;
   int64_t steps_done_ = 0;
+  int64_t consecutive_skips_ = 0;
 };
 
 }  // namespace tessera

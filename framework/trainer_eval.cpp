@@ -28,7 +28,10 @@ torch::Tensor target_image(const data::SceneReader& scene, size_t index) {
 }  // namespace
 
 torch::Tensor Trainer::render_view(size_t index, int64_t step) {
-  const data::Camera& cam = scene_.cameras().at(index);
+  return render_camera(scene_.cameras().at(index), step);
+}
+
+torch::Tensor Trainer::render_camera(const data::Camera& cam, int64_t step) {
   const int64_t h = cam.height, w = cam.width;
   // This rank's block of rows.
   const int64_t row0 = h * comm_.rank() / comm_.size(), row1 = h * (comm_.rank() + 1) / comm_.size();

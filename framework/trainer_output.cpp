@@ -2,11 +2,18 @@
 // object per logged step) and the final summary; files are written by rank 0 only.
 #include <spdlog/spdlog.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "distributed/errors.h"
 #include "framework/memory.h"
+#include "framework/snapshot.h"
 #include "framework/trainer.h"
 
 namespace tessera {
@@ -36,9 +43,59 @@ std::string format_rate(double rays_per_s) {
 // PSNR of a mean squared error of values in [0, 1].
 double psnr_of_mse(double mse) { return mse > 0 ? -10.0 * std::log10(mse) : 99.0; }
 
+// SIGTERM or SIGINT (a scheduler's time limit, Ctrl-C) asks every rank to stop: the flag is
+// agreed at the end of each step, then all ranks write one snapshot and return together.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void tessera_on_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+// Installs the handlers for the scope of run() and restores the previous ones.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = tessera_on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, &old_term_);
+    sigaction(SIGINT, &action, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+
+ private:
+  struct sigaction old_term_ {};
+  struct sigaction old_int_ {};
+};
+
 }  // namespace
 
+void Trainer::open_metrics() {
+  if (options_.out_dir.empty() || comm_.rank() != 0) return;
+  const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
+  // A fresh run starts a fresh record; a resumed one keeps the records up to its snapshot's step
+  // and drops later ones (written after that snapshot by the run that died).
+  std::vector<std::string> kept;
+  if (steps_done_ > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() <= steps_done_)
+        kept.push_back(line);
+    }
+  }
+  metrics_.open(path, std::ios::trunc);
+  if (!metrics_) throw UserError("cannot open " + path + " for writing; check run.out_dir");
+  for (const std::string& line : kept) metrics_ << line << '\n';
+  metrics_.flush();
+}
+
 TrainSummary Trainer::run() {
+  StopSignals signals;
+  open_metrics();
   TrainSummary summary;
   const auto run_start = std::chrono::steady_clock::now();
   auto window_start = run_start;
@@ -46,31 +103,72 @@ TrainSummary Trainer::run() {
   StepResult last;
   EvalResult eval;
   bool evaluated = false;
+  const bool snapshots = !options_.out_dir.empty();
   const int64_t first = steps_done_;
-  for (int64_t step = first; step < options_.steps; ++step) {
+  const int64_t until = options_.stop_after >= 0 ? std::min(options_.stop_after, options_.steps)
+                                                 : options_.steps;
+  int64_t snapshot_step = -1;
+  bool stopped_by_signal = false;
+  for (int64_t step = first; step < until; ++step) {
     last = train_step(step);
     ++window_steps;
     const int64_t done = step + 1;
+    if (consecutive_skips_ >= options_.max_skipped_steps) {
+      const auto newest = snapshots ? find_latest_snapshot(
+                                          (std::filesystem::path(options_.out_dir) / "snapshots").string())
+                                    : std::nullopt;
+      throw std::runtime_error(
+          "training stopped at step " + std::to_string(done) + ": the last " +
+          std::to_string(consecutive_skips_) + " steps had a non-finite loss or gradient and " +
+          "were skipped on every rank (train.max_skipped_steps). " +
+          (newest ? "The last good snapshot is " + *newest + "; resume from it with a lower " +
+                        "train.lr or with precision = \"fp32\""
+                  : std::string("No snapshot was written; lower train.lr")));
+    }
+    // One small allreduce per step: did any rank receive SIGTERM or SIGINT?
+    torch::Tensor stop = torch::tensor({static_cast<int64_t>(g_stop_signal.load() != 0)},
+                                       torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+    comm_.allreduce(stop, distributed::ReduceOp::Max);
+    stopped_by_signal = stop.item<int64_t>() != 0;
     const bool final_step = done == options_.steps;
     const bool do_eval = final_step || (options_.eval_every > 0 && done % options_.eval_every == 0);
-    const bool do_log = final_step || do_eval || (options_.log_every > 0 && done % options_.log_every == 0);
-    if (!do_log) continue;
-    const auto now = std::chrono::steady_clock::now();
-    const double window_s = std::chrono::duration<double>(now - window_start).count();
-    const double rays_per_s = window_s > 0 ? window_steps * options_.rays_per_step / window_s : 0.0;
-    if (do_eval) {
-      eval = evaluate(done);
-      evaluated = true;
+    const bool do_log = final_step || do_eval || stopped_by_signal || done == until ||
+                        (options_.log_every > 0 && done % options_.log_every == 0);
+    if (do_log) {
+      const auto now = std::chrono::steady_clock::now();
+      const double window_s = std::chrono::duration<double>(now - window_start).count();
+      const double rays_per_s = window_s > 0 ? window_steps * options_.rays_per_step / window_s : 0.0;
+      if (do_eval) {
+        eval = evaluate(done);
+        evaluated = true;
+      }
+      log_step(last, do_eval ? &eval : nullptr, rays_per_s);
     }
-    log_step(last, do_eval ? &eval : nullptr, rays_per_s);
-    window_start = std::chrono::steady_clock::now();  // eval time is not counted in rays/s
-    window_steps = 0;
+    if (snapshots && (stopped_by_signal || done == until ||
+                      (options_.snapshot_every > 0 && done % options_.snapshot_every == 0))) {
+      summary.last_snapshot = save_snapshot();
+      snapshot_step = done;
+    }
+    if (do_log) {
+      window_start = std::chrono::steady_clock::now();  // eval and snapshot time not in rays/s
+      window_steps = 0;
+    }
+    if (stopped_by_signal) {
+      if (comm_.rank() == 0)
+        std::fprintf(stderr, "\nstopped by a signal after step %lld; snapshot %s; continue with "
+                     "--resume auto\n", static_cast<long long>(done), summary.last_snapshot.c_str());
+      spdlog::warn("stopped by signal {} after step {}", g_stop_signal.load(), done);
+      break;
+    }
   }
-  summary.steps = options_.steps;
+  if (snapshots && snapshot_step != steps_done_ && steps_done_ > first)
+    summary.last_snapshot = save_snapshot();
+  summary.steps = steps_done_;
+  summary.finished = steps_done_ == options_.steps;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.final_loss = last.loss;
   summary.rays_per_s = summary.seconds > 0
-                           ? (options_.steps - first) * options_.rays_per_step / summary.seconds
+                           ? (steps_done_ - first) * options_.rays_per_step / summary.seconds
                            : 0.0;
   if (evaluated) {
     summary.eval_psnr = eval.psnr;
@@ -135,9 +233,10 @@ void Trainer::write_summary(const TrainSummary& s) {
   if (comm_.rank() != 0) return;
   char line[320];
   std::snprintf(line, sizeof(line),
-                "done: %lld steps in %s, final loss %.5f (psnr %.2f), %s rays/s, eval psnr %.2f "
+                "%s: %lld steps in %s, final loss %.5f (psnr %.2f), %s rays/s, eval psnr %.2f "
                 "ssim %.4f (%lld views), %lld skipped steps, peak memory %s",
-                static_cast<long long>(s.steps), format_duration(s.seconds).c_str(), s.final_loss,
+                s.finished ? "done" : "stopped", static_cast<long long>(s.steps),
+                format_duration(s.seconds).c_str(), s.final_loss,
                 psnr_of_mse(s.final_loss), format_rate(s.rays_per_s).c_str(), s.eval_psnr,
                 s.eval_ssim, static_cast<long long>(s.eval_views),
                 static_cast<long long>(s.skipped_steps), format_bytes(s.peak_mem_bytes).c_str());
@@ -147,6 +246,8 @@ void Trainer::write_summary(const TrainSummary& s) {
     nlohmann::json j;
     j["summary"] = true;
     j["steps"] = s.steps;
+    j["finished"] = s.finished;
+    j["last_snapshot"] = s.last_snapshot;
     j["seconds"] = s.seconds;
     j["final_loss"] = s.final_loss;
     j["rays_per_s"] = s.rays_per_s;

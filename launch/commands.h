@@ -21,6 +21,8 @@ Command add_config_reference_command(CLI::App& app);
 Command add_synth_command(CLI::App& app);    // synth_command.cpp
 Command add_convert_command(CLI::App& app);  // convert_command.cpp
 Command add_info_command(CLI::App& app);     // info_command.cpp
+Command add_eval_command(CLI::App& app);     // snapshot_commands.cpp
+Command add_render_command(CLI::App& app);   // snapshot_commands.cpp
 
 // The multi-line text of `tessera --version`.
 std::string version_text();

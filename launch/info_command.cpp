@@ -1,5 +1,5 @@
-// `tessera info FILE.h5`: a readable summary of a Tessera file (for now a tessera-scene dataset:
-// cameras per split, image sizes, intrinsics, bounds, alpha, points, size on disk).
+// `tessera info FILE.h5`: a readable summary of a Tessera file: a tessera-scene dataset (cameras
+// per split, image sizes, intrinsics, bounds, alpha, points) or a snapshot (step, model, config).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +9,7 @@
 #include "distributed/errors.h"
 #include "framework/data/h5.h"
 #include "framework/data/scene.h"
+#include "framework/snapshot.h"
 #include "launch/cli_output.h"
 #include "launch/commands.h"
 
@@ -16,7 +17,6 @@ namespace tessera::launch {
 
 namespace {
 
-constexpr const char* kSnapshotFormat = "tessera-snapshot";
 // Distinct image sizes listed one by one; beyond this the rest are counted together.
 constexpr size_t kListedSizes = 8;
 
@@ -35,18 +35,56 @@ std::string file_size(const std::string& path) {
   return human_bytes(bytes) + (bytes >= 1024 ? " (" + std::to_string(bytes) + " bytes)" : "");
 }
 
-// Refuses, with exit code 2, any HDF5 file that is not a tessera-scene dataset.
-void check_format(const std::string& path) {
+// The file's format attribute; exit code 2 for any HDF5 file that is not a Tessera file.
+std::string check_format(const std::string& path) {
   const data::h5::Id file = data::h5::open_file_read_only(path);
   if (!data::h5::has_attribute(file.get(), "format"))
     throw UserError(path + ": not a Tessera file (HDF5, but no root attribute 'format')");
   const auto format = data::h5::read_string_attribute(file.get(), "format");
   if (!format) throw UserError(path + ": not a Tessera file (root attribute 'format' is not a string)");
-  if (*format == kSnapshotFormat)
-    throw UserError(path + ": a " + kSnapshotFormat +
-                    " file; snapshot support arrives with the snapshot feature");
-  if (*format != data::kSceneFormat)
+  if (*format != data::kSceneFormat && *format != kSnapshotFormat)
     throw UserError(path + ": not a Tessera file (root attribute format = \"" + *format + "\")");
+  return *format;
+}
+
+void print_snapshot(const std::string& path, std::ostream& out) {
+  const SnapshotReader reader(path);
+  const SnapshotMeta& m = reader.meta();
+  auto line = [&](const char* label, const std::string& value) {
+    out << "  " << label << std::string(14 - std::string(label).size(), ' ') << value << "\n";
+  };
+  out << path << ": " << kSnapshotFormat << " version " << kSnapshotVersion << "\n";
+  line("step:", std::to_string(m.step));
+  line("model:", m.model);
+  line("world size:", std::to_string(m.world_size) + " rank(s) wrote it");
+  line("written by:", m.tessera_version.empty() ? "(not recorded)" : "tessera " + m.tessera_version);
+  line("dataset:", "fingerprint " + m.dataset_fingerprint);
+  line("file size:", file_size(path));
+  const std::string problem = reader.verify();
+  line("checksums:", problem.empty() ? "all datasets verified" : "DAMAGED: " + problem);
+  int64_t total = 0;
+  const auto params = reader.names("params");
+  out << "  parameters:\n";
+  for (const std::string& name : params) {
+    int64_t count = 1;
+    std::string shape;
+    for (int64_t d : reader.shape("params/" + name)) {
+      count *= d;
+      shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    }
+    total += count;
+    out << "    " << name << " [" << shape << "] " << count << "\n";
+  }
+  line("total:", std::to_string(total) + " parameters in " + std::to_string(params.size()) + " tensors");
+  std::string state;
+  for (const std::string& name : reader.names("state"))
+    state += (state.empty() ? "" : ", ") + name;
+  line("state:", state.empty() ? "(none)" : state);
+  out << "  config:\n";
+  std::istringstream config(m.config_toml);
+  for (std::string text; std::getline(config, text);) out << "    " << text << "\n";
+  if (!problem.empty())
+    throw UserError(path + ": damaged snapshot: " + problem);
 }
 
 // Rows of /points/xyz, from the dataspace alone (the points themselves are not read).
@@ -128,11 +166,15 @@ Command add_info_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   CLI::App* sub = app.add_subcommand(
       "info", "Print a summary of a Tessera file: a tessera-scene dataset (cameras per split, "
-              "image sizes, intrinsics, bounds, near/far, alpha, points, size on disk)");
-  sub->add_option("file", *path, "The .h5 file to describe (a tessera-scene dataset)")
+              "image sizes, intrinsics, bounds, near/far, alpha, points, size on disk) or a "
+              "snapshot (step, model, world size, parameter counts, checksums, config)");
+  sub->add_option("file", *path, "The .h5 file to describe (a dataset or a snapshot)")
       ->required();
   return {sub, [path] {
-            check_format(*path);
+            if (check_format(*path) == kSnapshotFormat) {
+              print_snapshot(*path, std::cout);
+              return kExitOk;
+            }
             const data::SceneReader scene(*path);
             print_summary(scene, std::cout);
             return kExitOk;

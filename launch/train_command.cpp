@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "distributed/agreement.h"
@@ -13,8 +14,10 @@
 #include "framework/data/scene.h"
 #include "framework/log.h"
 #include "framework/model.h"
+#include "framework/snapshot.h"
 #include "framework/trainer.h"
 #include "launch/commands.h"
+#include "launch/run_setup.h"
 #include "models/builtin.h"
 
 namespace tessera::launch {
@@ -26,6 +29,8 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string log_level;
   bool print_config = false;
+  std::string resume;      // "", "auto" or a snapshot path
+  int64_t until = -1;      // stop after this step (snapshot written); -1 = train.steps
 };
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -37,39 +42,6 @@ std::vector<std::string> split_names(const std::string& text) {
     if (!name.empty()) names.push_back(name);
   }
   return names;
-}
-
-// The Trainer's options from the resolved config. The schedules check their own combinations
-// (e.g. rate_min <= rate_max) when built, which happens before MPI starts.
-TrainerOptions trainer_options(const Config& config) {
-  TrainerOptions o;
-  o.steps = config.train.steps;
-  o.rays_per_step = config.train.rays_per_step;
-  o.micro_batches = config.train.micro_batches;
-  o.seed = static_cast<uint64_t>(config.run.seed);
-  o.lr.name = config.train.lr_schedule;
-  o.lr.lr = config.train.lr;
-  o.lr.final_lr = config.train.final_lr;
-  o.lr.total_steps = config.train.steps;
-  o.lr.warmup_steps = config.train.warmup_steps;
-  o.sampling.name = config.sampling.schedule;
-  o.sampling.rate_max = config.sampling.rate_max;
-  o.sampling.rate_min = config.sampling.rate_min;
-  o.sampling.total_steps = config.train.steps;
-  o.sampling.step_every = config.sampling.step_every;
-  o.sampling.step_factor = config.sampling.step_factor;
-  o.rescale_lr = config.sampling.rescale_lr;
-  o.precision = config.train.precision;
-  o.log_every = config.train.log_every;
-  o.eval_every = config.eval.every;
-  o.eval_split = config.eval.split;
-  o.eval_max_views = config.eval.max_views;
-  o.out_dir = config.run.out_dir;
-  o.check_agreement = config.distributed.check_agreement;
-  constexpr double kMiB = 1024.0 * 1024.0;
-  o.grad_sync.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mib * kMiB);
-  o.grad_sync.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mib * kMiB);
-  return o;
 }
 
 // Applies [checkpoint] to the model and logs the plan on every rank (each rank logs to its own
@@ -139,6 +111,15 @@ int run_train(const TrainOptions& options) {
                     "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
   const data::SceneReader scene(config.data.path);
   TrainerOptions trainer = trainer_options(config);
+  trainer.config_toml = resolved;
+  trainer.stop_after = options.until;
+  const std::string snapshot_dir = (std::filesystem::path(config.run.out_dir) / "snapshots").string();
+  if (!options.resume.empty() && options.resume != "auto") {
+    const std::string problem = validate_snapshot(options.resume);
+    if (!problem.empty())
+      throw UserError("--resume " + options.resume + ": " + problem +
+                      " (use --resume auto to pick the newest good snapshot of the run)");
+  }
   LrSchedule{trainer.lr};
   SamplingSchedule{trainer.sampling};
 
@@ -170,6 +151,28 @@ int run_train(const TrainOptions& options) {
 
   Trainer trainer_loop(context, *comm, *model, scene, trainer);
   apply_checkpoint_policy(config, *model, trainer_loop, *comm, device);
+  std::string resume_path = options.resume;
+  if (resume_path == "auto") {
+    // Every rank looks; they agree because they see the same files (checked below).
+    const auto found = find_latest_snapshot(snapshot_dir, [&](const std::string& message) {
+      spdlog::warn("--resume auto: skipping {}", message);
+      if (context.rank() == 0) std::cerr << "warning: --resume auto: skipping " << message << "\n";
+    });
+    resume_path = found.value_or("");
+    if (resume_path.empty()) {
+      spdlog::info("--resume auto: no snapshot in {}; starting at step 0", snapshot_dir);
+      if (context.rank() == 0)
+        std::cerr << "--resume auto: no snapshot in " << snapshot_dir << "; starting at step 0\n";
+    }
+    distributed::check_same_on_all_ranks(context, distributed::fingerprint(resume_path),
+                                         "the snapshot chosen by --resume auto (is " + snapshot_dir +
+                                         " on a filesystem all ranks share?)");
+  }
+  if (!resume_path.empty()) {
+    trainer_loop.load_snapshot(resume_path);
+    if (context.rank() == 0)
+      std::cerr << "resuming from " << resume_path << " at step " << trainer_loop.next_step() << "\n";
+  }
   const TrainSummary summary = trainer_loop.run();
   (void)summary;  // the Trainer prints and records the summary on rank 0
   return kExitOk;
@@ -191,6 +194,16 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--log-level", options->log_level,
                   "Log level: trace, debug, info, warn or error (default: run.log_level)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  sub->add_option("--resume", options->resume,
+                  "Continue a run from a snapshot: a path, or `auto` for the newest snapshot in "
+                  "RUN_DIR/snapshots that validates (damaged ones are skipped with a warning; "
+                  "none: start at step 0). The world size may differ from the run's")
+      ->type_name("PATH|auto");
+  sub->add_option("--until", options->until,
+                  "Stop after this step, writing a snapshot, as a time-limited job would "
+                  "(continue later with --resume auto). Default: train.steps")
+      ->type_name("STEP")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   sub->add_flag("--print-config", options->print_config,
                 "Print the resolved config (every key, defaults filled in) as TOML and exit");
   return {sub, [options] { return run_train(*options); }};

@@ -332,17 +332,18 @@ TEST(ConfigErrors, NestingArraysAndTopLevelKeysNameTheKey) {
             "cfg.toml:1: section 'train' must be a table ([train]), got array");
 }
 
-TEST(ConfigSections, EmptyFutureSectionsAcceptedButTheirKeysRejected) {
+TEST(ConfigSections, EmptySectionsTakeDefaultsAndUnknownKeysListTheKnownOnes) {
   const Config c = parse_config("[sampling]\n[checkpoint]\n[snapshot]\n[eval]\n", "text");
   EXPECT_EQ(c.train.steps, 30000);
   EXPECT_EQ(c.sampling.schedule, "constant");
   EXPECT_EQ(c.checkpoint.policy, "none");
+  EXPECT_EQ(c.snapshot.every, 1000);
+  EXPECT_EQ(c.snapshot.keep, 3);
+  EXPECT_TRUE(c.snapshot.parallel);
   EXPECT_EQ(c.eval.split, "val");
-  for (const std::string section : {"snapshot"}) {
-    EXPECT_EQ(parse_error("[" + section + "]\nrate = 1\n"),
-              "cfg.toml:2: unknown key '" + section + ".rate' ([" + section +
-                  "] has no keys yet)");
-  }
+  EXPECT_EQ(parse_error("[snapshot]\nrate = 1\n"),
+            "cfg.toml:2: unknown key 'snapshot.rate' (known keys in [snapshot]: every, keep, "
+            "parallel)");
 }
 
 TEST(ConfigOverrides, ValuesOfEveryKind) {

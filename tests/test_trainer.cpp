@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -15,6 +17,7 @@
 #include "distributed/errors.h"
 #include "distributed/mpi_communicator.h"
 #include "framework/data/scene.h"
+#include "framework/snapshot.h"
 #include "framework/trainer.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
@@ -29,7 +32,7 @@ distributed::Communicator& world() {
 }
 
 // "color = MLP(ray direction)": 3 -> 16 -> 3 with a sigmoid; deterministic init.
-class DirectionMlp final : public Model {
+class DirectionMlp : public Model {
  public:
   DirectionMlp() {
     auto grid = [](int64_t rows, int64_t cols, double phase) {
@@ -304,6 +307,151 @@ TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
   EXPECT_TRUE(nlohmann::json::parse(lines[2]).at("summary").get<bool>());
   for (const char* name : {"step-00000002-view-003.png", "step-00000004-view-003.png"})
     EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/renders/" + name)) << name;
+}
+
+// Invariant 4: 6 steps straight equal 3 steps, a snapshot, and 3 more steps in a fresh Trainer
+// and model that load it: bitwise, at the same world size.
+TEST_F(TrainerTest, ResumeIsExact) {
+  TrainerOptions o = options();
+  o.steps = 6;
+  o.out_dir = dir_ + "/resume-straight";
+  DirectionMlp straight;
+  {
+    Trainer t(*test::g_context, world(), straight, *scene_, o);
+    const TrainSummary s = t.run();
+    EXPECT_TRUE(s.finished);
+    EXPECT_EQ(s.last_snapshot, snapshot_path(o.out_dir + "/snapshots", 6));
+  }
+  o.out_dir = dir_ + "/resume-split";
+  o.stop_after = 3;
+  std::string snapshot;
+  {
+    DirectionMlp first_half;
+    Trainer t(*test::g_context, world(), first_half, *scene_, o);
+    const TrainSummary s = t.run();
+    EXPECT_FALSE(s.finished);
+    EXPECT_EQ(s.steps, 3);
+    snapshot = s.last_snapshot;
+    EXPECT_FALSE(torch::equal(first_half.concat(), straight.concat()));
+  }
+  ASSERT_EQ(snapshot, snapshot_path(o.out_dir + "/snapshots", 3));
+  EXPECT_EQ(validate_snapshot(snapshot), "");
+  o.stop_after = -1;
+  DirectionMlp resumed;
+  Trainer t(*test::g_context, world(), resumed, *scene_, o);
+  t.load_snapshot(snapshot);
+  EXPECT_EQ(t.next_step(), 3);
+  const TrainSummary s = t.run();
+  EXPECT_TRUE(s.finished);
+  EXPECT_TRUE(torch::equal(resumed.concat(), straight.concat()))
+      << "max abs diff " << (resumed.concat() - straight.concat()).abs().max().item<double>();
+  // The resumed run's metrics keep the records up to step 3 and continue after it.
+  world().barrier();
+  if (world().rank() == 0) {
+    const SnapshotReader reader(s.last_snapshot);
+    EXPECT_EQ(reader.meta().step, 6);
+    EXPECT_EQ(reader.meta().model, "direction_mlp");
+    EXPECT_EQ(reader.meta().world_size, world().size());
+  }
+}
+
+// Resuming at another world size: a snapshot written by N ranks continues on one rank (over
+// MPI_COMM_SELF) to the parameters of N ranks straight, within float reassociation.
+TEST_F(TrainerTest, ResumeAtAnotherWorldSize) {
+  TrainerOptions o = options();
+  o.steps = 6;
+  o.out_dir = dir_ + "/resume-resize";
+  o.stop_after = 3;
+  DirectionMlp straight, first_half;
+  std::string snapshot;
+  {
+    Trainer t(*test::g_context, world(), first_half, *scene_, o);
+    snapshot = t.run().last_snapshot;
+  }
+  {
+    TrainerOptions plain = options();
+    plain.steps = 6;
+    Trainer t(*test::g_context, world(), straight, *scene_, plain);
+    for (int64_t step = 0; step < 6; ++step) t.train_step(step);
+  }
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  TrainerOptions plain = options();
+  plain.steps = 6;
+  DirectionMlp resumed;
+  Trainer t(*test::g_context, self, resumed, *scene_, plain);
+  t.load_snapshot(snapshot);
+  for (int64_t step = t.next_step(); step < 6; ++step) t.train_step(step);
+  EXPECT_EQ(count_wrong(resumed.concat(), straight.concat(), 1e-6), 0);
+}
+
+class RenamedMlp : public DirectionMlp {
+ public:
+  std::string name() const override { return "renamed_mlp"; }
+};
+
+TEST_F(TrainerTest, ResumeRefusesAnotherModel) {
+  TrainerOptions o = options();
+  o.steps = 2;
+  o.out_dir = dir_ + "/resume-other-model";
+  DirectionMlp model;
+  std::string snapshot;
+  {
+    Trainer t(*test::g_context, world(), model, *scene_, o);
+    snapshot = t.run().last_snapshot;
+  }
+  RenamedMlp other;
+  Trainer t(*test::g_context, world(), other, *scene_, o);
+  try {
+    t.load_snapshot(snapshot);
+    ADD_FAILURE() << "load_snapshot accepted a snapshot of another model";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'direction_mlp'"), std::string::npos) << e.what();
+  }
+}
+
+// DESIGN §4d: SIGTERM on one rank stops every rank after the same step, with one snapshot.
+TEST_F(TrainerTest, SignalStopsEveryRankWithASnapshot) {
+  TrainerOptions o = options();
+  o.steps = 50;
+  o.out_dir = dir_ + "/signal";
+  DirectionMlp model;
+  Trainer t(*test::g_context, world(), model, *scene_, o);
+  t.loss_hook = [&](int64_t step, int64_t, torch::Tensor&) {
+    if (step == 2 && world().rank() == world().size() - 1) std::raise(SIGTERM);
+  };
+  const TrainSummary s = t.run();
+  EXPECT_FALSE(s.finished);
+  EXPECT_EQ(s.steps, 3);  // the flag is agreed at the end of step 2 (the third step)
+  EXPECT_EQ(s.last_snapshot, snapshot_path(o.out_dir + "/snapshots", 3));
+  world().barrier();
+  EXPECT_EQ(validate_snapshot(s.last_snapshot), "");
+}
+
+// DESIGN §4c: non-finite losses skip steps on every rank; after max_skipped_steps in a row the
+// run stops with a message naming the last snapshot, which stays loadable.
+TEST_F(TrainerTest, RepeatedNonFiniteStepsStopTheRun) {
+  TrainerOptions o = options();
+  o.steps = 50;
+  o.snapshot_every = 2;
+  o.max_skipped_steps = 3;
+  o.out_dir = dir_ + "/nonfinite";
+  DirectionMlp model;
+  Trainer t(*test::g_context, world(), model, *scene_, o);
+  t.loss_hook = [&](int64_t step, int64_t, torch::Tensor& loss) {
+    if (step >= 3 && world().rank() == 0) loss = loss * std::numeric_limits<float>::quiet_NaN();
+  };
+  try {
+    t.run();
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("training stopped at step 6"), std::string::npos) << what;
+    EXPECT_NE(what.find("step-00000004.h5"), std::string::npos) << what;
+  }
+  // Skipped at steps 4, 5, 6 (indices 3..5); the snapshot of step 4 stays the newest.
+  world().barrier();
+  EXPECT_EQ(validate_snapshot(snapshot_path(o.out_dir + "/snapshots", 4)), "");
+  EXPECT_FALSE(std::filesystem::exists(snapshot_path(o.out_dir + "/snapshots", 6)));
 }
 
 // Throughput of the test model (run with --gtest_also_run_disabled_tests): 4096 rays per step.

@@ -1,0 +1,154 @@
+// `tessera eval SNAPSHOT` (PSNR and SSIM per split, one JSON object) and `tessera render
+// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), on any number of ranks.
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "distributed/errors.h"
+#include "framework/data/image_io.h"
+#include "framework/data/synth.h"
+#include "launch/commands.h"
+#include "launch/run_setup.h"
+
+namespace tessera::launch {
+
+namespace {
+
+struct SnapshotCommandOptions {
+  std::string snapshot;
+  std::vector<std::string> overrides;
+  std::string split;  // eval: "" = val and test; render: default test
+  std::string out;
+  int orbit = 0;
+  int max_views = -1;
+};
+
+data::Split parse_split(const std::string& name) {
+  if (name == "train") return data::Split::Train;
+  if (name == "val") return data::Split::Val;
+  return data::Split::Test;
+}
+
+int run_eval(const SnapshotCommandOptions& o) {
+  RestoredRun run = restore_run(o.snapshot, o.overrides);
+  const std::vector<std::string> splits =
+      o.split.empty() ? std::vector<std::string>{"val", "test"} : std::vector<std::string>{o.split};
+  nlohmann::json result;
+  result["snapshot"] = o.snapshot;
+  result["step"] = run.step;
+  result["model"] = run.model->name();
+  result["ranks"] = run.comm->size();
+  for (const std::string& split : splits) {
+    const size_t views = run.scene->indices(parse_split(split)).size();
+    if (views == 0 && o.split.empty()) continue;  // the dataset has no such split
+    if (views == 0) throw UserError(run.config.data.path + " has no " + split + " views");
+    run.trainer->set_eval_views(split, o.max_views);
+    const EvalResult r = run.trainer->evaluate(run.step, /*write=*/false);
+    result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
+  }
+  if (!result.contains("splits"))
+    throw UserError(run.config.data.path + " has neither val nor test views; use --split train");
+  if (run.comm->rank() == 0) std::cout << result.dump() << std::endl;
+  return kExitOk;
+}
+
+// N cameras on a horizontal circle around the scene box's centre, at the mean distance of the
+// dataset's cameras and their mean height, looking at the centre, with camera 0's intrinsics.
+std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
+  const auto& b = scene.meta().scene_bounds;
+  const data::synth::Vec3 center{(b[0] + b[3]) / 2, (b[1] + b[4]) / 2, (b[2] + b[5]) / 2};
+  double radius = 0, height = 0;
+  for (const auto& c : scene.cameras()) {
+    const double dx = c.camera_to_world[3] - center.x, dy = c.camera_to_world[7] - center.y;
+    radius += std::sqrt(dx * dx + dy * dy);
+    height += c.camera_to_world[11];
+  }
+  radius /= scene.cameras().size();
+  height /= scene.cameras().size();
+  std::vector<data::Camera> cameras;
+  for (int i = 0; i < n; ++i) {
+    const double a = 2.0 * M_PI * i / n;
+    data::Camera c = scene.cameras().front();
+    c.k1 = c.k2 = c.p1 = c.p2 = 0;
+    c.camera_to_world = data::synth::look_at(
+        {center.x + radius * std::cos(a), center.y + radius * std::sin(a), height}, center);
+    cameras.push_back(c);
+  }
+  return cameras;
+}
+
+int run_render(const SnapshotCommandOptions& o) {
+  RestoredRun run = restore_run(o.snapshot, o.overrides);
+  std::vector<std::pair<std::string, data::Camera>> views;
+  if (o.orbit > 0) {
+    const auto cameras = orbit_cameras(*run.scene, o.orbit);
+    for (size_t i = 0; i < cameras.size(); ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "orbit-%03zu.png", i);
+      views.emplace_back(name, cameras[i]);
+    }
+  } else {
+    const std::string split = o.split.empty() ? "test" : o.split;
+    for (size_t index : run.scene->indices(parse_split(split))) {
+      char name[48];
+      std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
+      views.emplace_back(name, run.scene->cameras()[index]);
+    }
+    if (views.empty())
+      throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");
+  }
+  if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
+  if (run.comm->rank() == 0) std::filesystem::create_directories(o.out);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const torch::Tensor image = run.trainer->render_camera(views[i].second, run.step);
+    if (run.comm->rank() != 0) continue;
+    const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
+    data::write_png((std::filesystem::path(o.out) / views[i].first).string(), png);
+    std::cerr << "\rrendered " << (i + 1) << "/" << views.size() << std::flush;
+  }
+  if (run.comm->rank() == 0) std::cerr << "\n" << views.size() << " images in " << o.out << "\n";
+  return kExitOk;
+}
+
+void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
+  sub->add_option("snapshot", o.snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--set", o.overrides,
+                  "Override a key of the snapshot's stored config, e.g. --set data.path=FILE "
+                  "when the dataset moved. Repeatable")
+      ->type_name("KEY=VALUE");
+  sub->add_option("--max-views", o.max_views, "Use at most this many views (default: all)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace
+
+Command add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<SnapshotCommandOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Score a snapshot: PSNR and SSIM per split as one JSON object (run under mpirun to "
+              "split the rendering across ranks)");
+  add_common(sub, *o);
+  sub->add_option("--split", o->split, "Split to score (default: val and test, those that exist)")
+      ->check(CLI::IsMember({"train", "val", "test"}));
+  return {sub, [o] { return run_eval(*o); }};
+}
+
+Command add_render_command(CLI::App& app) {
+  auto o = std::make_shared<SnapshotCommandOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "render", "Render a snapshot's views (a split, or an orbit around the scene) to PNGs");
+  add_common(sub, *o);
+  sub->add_option("--out", o->out, "Folder for the PNGs (created)")->required();
+  auto* split = sub->add_option("--split", o->split, "Split whose views to render (default: test)")
+                    ->check(CLI::IsMember({"train", "val", "test"}));
+  sub->add_option("--orbit", o->orbit,
+                  "Render N views on a circle around the scene instead of a split")
+      ->check(CLI::PositiveNumber)
+      ->excludes(split);
+  return {sub, [o] { return run_render(*o); }};
+}
+
+}  // namespace tessera::launch
