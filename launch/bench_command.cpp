@@ -1,6 +1,7 @@
 // `tessera bench NAME`: benchmarks that print one JSON object per line on rank 0's stdout, each
 // with a baseline measured in the same run. allreduce (Tessera's Communicator vs raw MPI or NCCL
-// on the same buffer) and nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation).
+// on the same buffer), nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation) and
+// snapshot (bench_snapshot.cpp: sharded snapshot write/read, parallel vs gathered).
 #include <mpi.h>
 
 #include <algorithm>
@@ -126,8 +127,9 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
 
 }  // namespace
 
-// bench_nerf.cpp
+// bench_nerf.cpp, bench_snapshot.cpp
 std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench);
+std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& bench);
 
 Command add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Run a benchmark; prints one JSON object per line");
@@ -151,9 +153,11 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   auto nerf = add_nerf_bench_command(*sub);
-  return {sub, [options, allreduce, nerf] {
+  auto snapshot = add_snapshot_bench_command(*sub);
+  return {sub, [options, allreduce, nerf, snapshot] {
             if (allreduce->parsed()) return run_allreduce_bench(*options);
             if (nerf.first->parsed()) return nerf.second();
+            if (snapshot.first->parsed()) return snapshot.second();
             return kExitBadInput;
           }};
 }

@@ -193,6 +193,27 @@ TEST_F(ResumeTest, StraightEqualsInterruptedAndResumedInNewProcesses) {
   EXPECT_LE(relative3, 1e-5);
 }
 
+// `tessera bench snapshot` on 2 ranks: one JSON line per mode, both files the same size.
+TEST_F(ResumeTest, SnapshotBenchReportsBothModes) {
+  const Job job = run({mpiexec_, "-n", "2", "--oversubscribe", binary_, "bench", "snapshot",
+                       "--count", "1001", "--repeats", "1", "--dir", dir_}, 60);
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  // 1001 Gaussians x 59 floats x 3 (value and two Adam moments) x 4 bytes, plus HDF5 overhead.
+  const int64_t payload = 1001LL * 59 * 3 * 4;
+  int lines = 0;
+  std::istringstream in(job.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("{\"bench\":\"snapshot\"", 0) != 0) continue;
+    ++lines;
+    const size_t at = line.find("\"bytes\":");
+    ASSERT_NE(at, std::string::npos) << line;
+    const int64_t bytes = std::stoll(line.substr(at + 8));
+    EXPECT_GE(bytes, payload) << line;
+    EXPECT_LT(bytes, payload + 200000) << line;
+  }
+  EXPECT_EQ(lines, 2) << job.output;
+}
+
 TEST_F(ResumeTest, BadResumePathIsBadInput) {
   std::ofstream(dir_ + "/junk.h5") << "not hdf5";
   const Job job = run(train(1, dir_ + "/bad", {"--resume", dir_ + "/junk.h5"}), 60);

@@ -234,6 +234,16 @@ DensifyResult densify_and_prune(GaussianParams& params, torch::optim::Adam* opti
   GaussianParams kept_extra = select_rows(extra, keep_extra);
   remap_gaussians(params, optimizer, keep_orig, &kept_extra);
   result.after = params.size();
+  {  // Provenance: extra row e is clone_idx[e] (child 0), then split_idx child-major (child c).
+    const torch::Tensor extra_parent = torch::cat({clone_idx, split_idx.repeat({kids})}).cpu();
+    const torch::Tensor extra_child =
+        torch::cat({torch::zeros({clone_idx.size(0)}, torch::kInt64),
+                    torch::arange(kids, torch::kInt64).repeat_interleave(s)});
+    const torch::Tensor ke = keep_extra.cpu();
+    result.origin = torch::cat({keep_orig.cpu(), extra_parent.index_select(0, ke)});
+    result.child = torch::cat({torch::full({keep_orig.size(0)}, -1, torch::kInt64),
+                               extra_child.index_select(0, ke)});
+  }
   stats.reset(result.after, stats.count.device());
   return result;
 }

@@ -50,6 +50,10 @@ struct DensifyStats {
 struct DensifyResult {
   int64_t cloned = 0, split = 0, pruned = 0;  // pruned counts removed rows (not split parents)
   int64_t before = 0, after = 0;
+  // Provenance of the result rows (CPU int64), for callers that track identities (the sharded
+  // trainer assigns global ids to new rows from it):
+  torch::Tensor origin;  // [after] the row (before the call) each row was kept from or copies
+  torch::Tensor child;   // [after] -1 kept original, 0 clone, c the c-th child of a split
 };
 
 // The Adam-state surgery under every operation. The new params are, in order, the rows `keep`

@@ -1,0 +1,139 @@
+// `tessera bench snapshot`: write and read times and file size of a snapshot holding a sharded
+// 3DGS-shaped state (59 floats per Gaussian plus two Adam moments), parallel HDF5 vs gathered.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/errors.h"
+#include "distributed/process_context.h"
+#include "framework/snapshot.h"
+#include "launch/commands.h"
+
+namespace tessera::launch {
+
+namespace {
+
+struct SnapshotBenchOptions {
+  int64_t count = 1000000;  // Gaussians in the whole model
+  std::string dir;          // where the files go ("" = a temp dir)
+  int repeats = 3;
+};
+
+// The parameter tensors of a Gaussian and their trailing shapes (docs/gaussians.md).
+const std::vector<std::pair<std::string, std::vector<int64_t>>> kFields = {
+    {"means", {3}}, {"scales", {3}}, {"quats", {4}}, {"opacities", {}}, {"sh_dc", {1, 3}},
+    {"sh_rest", {15, 3}}};
+
+double max_over_ranks(double value) {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+int run_snapshot_bench(const SnapshotBenchOptions& o) {
+  distributed::ProcessContext context(nullptr, nullptr, 600.0);
+  const int rank = context.rank(), size = context.size();
+  const int64_t begin = o.count * rank / size, end = o.count * (rank + 1) / size, rows = end - begin;
+  std::string dir = o.dir;
+  if (dir.empty()) dir = (std::filesystem::temp_directory_path() / "tessera-bench-snapshot").string();
+  if (rank == 0) std::filesystem::create_directories(dir);
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  // This rank's rows, distinct per row so that nothing compresses or repeats.
+  std::vector<torch::Tensor> local;
+  for (const auto& [name, trailing] : kFields) {
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), trailing.begin(), trailing.end());
+    for (int copy = 0; copy < 3; ++copy)  // value, exp_avg, exp_avg_sq
+      local.push_back(torch::rand(shape, torch::TensorOptions().dtype(torch::kFloat32)) + begin + copy);
+  }
+  for (bool parallel : {true, false}) {
+    std::vector<double> writes, reads;
+    int64_t bytes = 0;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      const std::string path = snapshot_path(dir, parallel ? 1 : 2);
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      auto t0 = std::chrono::steady_clock::now();
+      {
+        SnapshotMeta meta;
+        meta.step = 1;
+        meta.model = "gaussians";
+        SnapshotWriterOptions wo;
+        wo.parallel = parallel;
+        SnapshotWriter writer(context, path, meta, wo);
+        size_t k = 0;
+        for (const auto& [name, trailing] : kFields) {
+          writer.write_sharded(snapshot_param(name), local[k++]);
+          writer.write_sharded(snapshot_optimizer(name, "exp_avg"), local[k++]);
+          writer.write_sharded(snapshot_optimizer(name, "exp_avg_sq"), local[k++]);
+        }
+        writer.commit();
+      }
+      writes.push_back(max_over_ranks(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+      // Each rank reads back its own rows (a resume at the same world size), checksums verified
+      // by validate on rank 0 separately below.
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      t0 = std::chrono::steady_clock::now();
+      {
+        const SnapshotReader reader(path);
+        for (const auto& [name, trailing] : kFields) {
+          reader.read_rows(snapshot_param(name), begin, rows);
+          reader.read_rows(snapshot_optimizer(name, "exp_avg"), begin, rows);
+          reader.read_rows(snapshot_optimizer(name, "exp_avg_sq"), begin, rows);
+        }
+      }
+      reads.push_back(max_over_ranks(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    }
+    double validate_s = 0;
+    if (rank == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string problem = validate_snapshot(snapshot_path(dir, parallel ? 1 : 2));
+      validate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!problem.empty()) throw std::runtime_error("bench snapshot: " + problem);
+    }
+    std::sort(writes.begin(), writes.end());
+    std::sort(reads.begin(), reads.end());
+    if (rank == 0)
+      std::printf("{\"bench\":\"snapshot\",\"count\":%lld,\"ranks\":%d,\"mode\":\"%s\","
+                  "\"bytes\":%lld,\"write_s\":%.4f,\"read_s\":%.4f,\"validate_s\":%.4f}\n",
+                  static_cast<long long>(o.count), size, parallel ? "parallel" : "gathered",
+                  static_cast<long long>(bytes), writes[writes.size() / 2], reads[reads.size() / 2],
+                  validate_s);
+    std::fflush(stdout);
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0 && o.dir.empty()) std::filesystem::remove_all(dir);
+  return kExitOk;
+}
+
+}  // namespace
+
+// Adds `bench snapshot` under `bench`; returns the subcommand and how to run it.
+std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& bench) {
+  auto o = std::make_shared<SnapshotBenchOptions>();
+  CLI::App* sub = bench.add_subcommand(
+      "snapshot", "Snapshot write/read time and size for a sharded 3DGS-shaped state (59 floats "
+                  "per Gaussian plus two Adam moments), parallel HDF5 vs gathered to rank 0; run "
+                  "under mpirun -np N");
+  sub->add_option("--count", o->count, "Gaussians in the whole model")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
+  sub->add_option("--dir", o->dir,
+                  "Folder for the files (default: a temp folder, removed afterwards); must be "
+                  "shared by all ranks")
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--repeats", o->repeats, "Timed writes and reads per mode (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  return {sub, [o] { return run_snapshot_bench(*o); }};
+}
+
+}  // namespace tessera::launch

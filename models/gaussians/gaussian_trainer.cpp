@@ -1,0 +1,292 @@
+// GaussianTrainer (see gaussian_trainer.h): construction, the step (loss, Adam, densification
+// with world-size-independent global ids, rebalancing with Adam state) and canonical accessors.
+#include "models/gaussians/gaussian_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "models/gaussians/gaussian_render.h"
+#include "models/gaussians/ply.h"
+
+namespace tessera::models::gaussians {
+namespace {
+
+constexpr uint64_t kPurposeViewOrder = 0x766965776f7264ull;  // "vieword"
+constexpr size_t kFields = 6;
+
+// Adam's per-parameter state, or nullptr before the first step.
+torch::optim::AdamParamState* adam_state(torch::optim::Adam& optimizer, const torch::Tensor& p) {
+  auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+  if (it == optimizer.state().end()) return nullptr;
+  return static_cast<torch::optim::AdamParamState*>(it->second.get());
+}
+
+}  // namespace
+
+GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::SceneReader& scene,
+                                 const GaussianTrainerOptions& options)
+    : comm_(comm), scene_(scene), options_(options) {
+  if (options_.views_per_step < 1)
+    throw std::invalid_argument("GaussianTrainer: views_per_step must be >= 1");
+  if (options_.max_sh_degree < 0 || options_.max_sh_degree > kMaxShDegree)
+    throw std::invalid_argument("GaussianTrainer: max_sh_degree must be in [0, 3]");
+  for (size_t i : scene.indices(data::Split::Train)) train_views_.push_back(static_cast<int64_t>(i));
+  if (train_views_.empty()) throw std::invalid_argument("GaussianTrainer: no train views");
+  std::vector<data::Camera> train_cameras;
+  for (int64_t v : train_views_) train_cameras.push_back(scene.cameras()[v]);
+  extent_ = scene_extent(train_cameras);  // INRIA: the train cameras' extent
+  const torch::Device device = comm.device();
+  const auto& bg = scene.meta().background;
+  background_ = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
+                               static_cast<float>(bg[2])},
+                              torch::TensorOptions(torch::kFloat32).device(device));
+
+  // The full initial set on every rank (deterministic), global id = row; each rank keeps the
+  // slice [r N / size, (r + 1) N / size) and the forced rebalance moves it to Morton ownership.
+  const GaussianParams all = init_from_scene(scene, options_.init, device);
+  const int64_t n = all.size(), r = comm.rank(), size = comm.size();
+  const int64_t lo = n * r / size, hi = n * (r + 1) / size;
+  std::vector<torch::Tensor> rows;
+  for (const torch::Tensor* f : all.fields()) rows.push_back(f->detach().slice(0, lo, hi));
+  ids_ = torch::arange(lo, hi, torch::TensorOptions(torch::kInt64).device(device));
+  next_id_ = n;
+  install_rows(rows, false);
+  optimizer_ = make_optimizer(params_, options_.rates, extent_);
+  stats_.reset(params_.size(), device);
+  rebalance(true);
+}
+
+GaussianTrainer::~GaussianTrainer() = default;
+
+// Replaces the local rows by `rows`: the six fields, then (when with_state) the exp_avg and
+// exp_avg_sq of each field, then the three densify statistics.
+void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool with_state) {
+  const auto fields = params_.fields();
+  for (size_t i = 0; i < kFields; ++i) {
+    torch::Tensor fresh = rows[i].detach().contiguous().clone().set_requires_grad(true);
+    if (optimizer_ != nullptr) {
+      torch::Tensor* slot = nullptr;
+      for (auto& group : optimizer_->param_groups())
+        for (auto& p : group.params())
+          if (p.unsafeGetTensorImpl() == fields[i]->unsafeGetTensorImpl()) slot = &p;
+      if (slot == nullptr) throw std::logic_error("GaussianTrainer: parameter not in optimizer");
+      optimizer_->state().erase(fields[i]->unsafeGetTensorImpl());
+      if (with_state) {
+        auto state = std::make_unique<torch::optim::AdamParamState>();
+        state->step(adam_steps_);
+        state->exp_avg(rows[kFields + 2 * i].contiguous());
+        state->exp_avg_sq(rows[kFields + 2 * i + 1].contiguous());
+        optimizer_->state()[fresh.unsafeGetTensorImpl()] = std::move(state);
+      }
+      *slot = fresh;
+    }
+    *fields[i] = fresh;
+  }
+  if (with_state) {
+    stats_.grad_norm_sum = rows[3 * kFields].contiguous();
+    stats_.count = rows[3 * kFields + 1].contiguous();
+    stats_.max_radii = rows[3 * kFields + 2].contiguous();
+  }
+}
+
+distributed::RebalanceReport GaussianTrainer::rebalance(bool force) {
+  torch::NoGradGuard no_grad;
+  distributed::ShardRows rows;
+  rows.means = params_.means.detach();
+  rows.global_ids = ids_;
+  const auto fields = params_.fields();
+  for (const torch::Tensor* f : fields) rows.tensors.push_back(f->detach());
+  const bool with_state = adam_steps_ > 0;
+  if (with_state) {
+    for (const torch::Tensor* f : fields) {
+      const torch::optim::AdamParamState* s = adam_state(*optimizer_, *f);
+      const bool has = s != nullptr && s->exp_avg().defined();
+      rows.tensors.push_back(has ? s->exp_avg() : torch::zeros_like(f->detach()));
+      rows.tensors.push_back(has ? s->exp_avg_sq() : torch::zeros_like(f->detach()));
+    }
+    rows.tensors.push_back(stats_.grad_norm_sum);
+    rows.tensors.push_back(stats_.count);
+    rows.tensors.push_back(stats_.max_radii);
+  }
+  const distributed::SceneBounds bounds = distributed::global_bounds(comm_, rows.means);
+  distributed::RebalanceOptions ro;
+  ro.imbalance_threshold = options_.rebalance_threshold;
+  ro.force = force;
+  const distributed::RebalanceReport report = distributed::rebalance(comm_, rows, bounds, ro);
+  if (report.migrated) {
+    ids_ = rows.global_ids;
+    install_rows(rows.tensors, with_state);
+    if (!with_state) stats_.reset(params_.size(), params_.means.device());
+  }
+  return report;
+}
+
+std::vector<int64_t> GaussianTrainer::batch_views(int64_t t) const {
+  const int64_t n = static_cast<int64_t>(train_views_.size());
+  std::vector<int64_t> out;
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> order;
+  for (int64_t j = 0; j < options_.views_per_step; ++j) {
+    const int64_t k = t * options_.views_per_step + j;  // position in the view sequence
+    const int64_t epoch = k / n;
+    if (epoch != cached_epoch) {
+      std::vector<std::pair<uint64_t, int64_t>> keyed;
+      for (int64_t i = 0; i < n; ++i)
+        keyed.emplace_back(hash_values({options_.seed, kPurposeViewOrder,
+                                        static_cast<uint64_t>(epoch), static_cast<uint64_t>(i)}),
+                           i);
+      std::sort(keyed.begin(), keyed.end());
+      order.clear();
+      for (const auto& kv : keyed) order.push_back(train_views_[kv.second]);
+      cached_epoch = epoch;
+    }
+    out.push_back(order[k % n]);
+  }
+  return out;
+}
+
+int GaussianTrainer::sh_degree_at(int64_t t) const {
+  if (options_.sh_degree_interval <= 0) return options_.max_sh_degree;
+  return static_cast<int>(std::min<int64_t>(options_.max_sh_degree,
+                                            (t + 1) / options_.sh_degree_interval));
+}
+
+torch::Tensor GaussianTrainer::target(int64_t camera_index) {
+  auto it = targets_.find(camera_index);
+  if (it != targets_.end()) return it->second;
+  const RenderCamera cam = make_render_camera(scene_.cameras()[camera_index],
+                                              options_.resolution_scale);
+  torch::Tensor image = scene_.read_image(static_cast<size_t>(camera_index))
+                            .to(torch::kFloat32)
+                            .div(255.0f);
+  image = resize_image(image, cam.width, cam.height).to(comm_.device());
+  if (options_.cache_targets) targets_[camera_index] = image;
+  return image;
+}
+
+void GaussianTrainer::set_learning_rates(int64_t s) {
+  const double scale =
+      options_.sqrt_batch_lr_scaling ? std::sqrt(static_cast<double>(options_.views_per_step)) : 1;
+  const auto lrs = group_learning_rates(options_.rates, extent_, s);
+  auto& groups = optimizer_->param_groups();  // kGroupNames order (make_optimizer)
+  for (size_t i = 0; i < kFields && i < groups.size(); ++i)
+    static_cast<torch::optim::AdamOptions&>(groups[i].options()).lr(lrs[i] * scale);
+}
+
+GaussianStepResult GaussianTrainer::step(int64_t t) {
+  const int64_t s = t + 1;
+  GaussianStepResult result;
+  result.views = batch_views(t);
+  result.sh_degree = sh_degree_at(t);
+  set_learning_rates(s);
+  optimizer_->zero_grad();
+
+  Batch batch;
+  const std::vector<torch::Tensor> images = forward(result.views, result.sh_degree, true, &batch);
+  torch::Tensor loss;
+  for (size_t b = 0; b < images.size(); ++b) {
+    const torch::Tensor l =
+        photometric_loss(images[b], target(result.views[b]), options_.ssim_weight);
+    loss = loss.defined() ? loss + l : l;
+  }
+  loss = loss / static_cast<double>(images.size());
+  result.loss = loss.item<double>();
+  // Every rank holds the same loss; L / size with the allreduce-sum backward gives each rank's
+  // pixels exactly the single-process gradient.
+  (loss / static_cast<double>(comm_.size())).backward();
+  optimizer_->step();
+  ++adam_steps_;
+
+  if (accumulates_stats(options_.densify, s)) {
+    torch::NoGradGuard no_grad;
+    for (size_t b = 0; b < images.size(); ++b)
+      stats_.accumulate(batch.radii[b], batch.means2d[b].grad(), batch.widths[b],
+                        batch.heights[b]);
+  }
+  batch = Batch();
+  if (densifies(options_.densify, s)) densify(s, result);
+  if (resets_opacity(options_.densify, s)) {
+    reset_opacity(params_, optimizer_.get(), options_.densify);
+    result.opacity_reset = true;
+  }
+  if (result.densified || (options_.rebalance_every > 0 && s % options_.rebalance_every == 0))
+    result.rebalanced = rebalance(false).migrated;
+  result.global_count = global_count();
+  return result;
+}
+
+void GaussianTrainer::densify(int64_t s, GaussianStepResult& result) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor old_ids = ids_.cpu();
+  const DensifyResult d = densify_and_prune(params_, optimizer_.get(), stats_, options_.densify,
+                                            extent_, s, ids_);
+  // New rows get ids next_id_, next_id_ + 1, ... in the canonical order of (parent id, child),
+  // gathered from every rank: the ids a single rank would assign, whatever the world size.
+  const torch::Tensor is_new = d.child >= 0;
+  const torch::Tensor parents = old_ids.index_select(0, d.origin);
+  const int64_t kids = options_.densify.split_children + 1;
+  const torch::Tensor keys = parents * kids + d.child.clamp_min(0);  // unique per new row
+  const torch::Tensor my_keys = keys.masked_select(is_new);
+  const torch::Tensor all_keys =
+      std::get<0>(comm_.allgatherv(my_keys.to(comm_.device())).cpu().sort());
+  const torch::Tensor rank_in_all = torch::searchsorted(all_keys, my_keys);
+  torch::Tensor ids = parents.clone();
+  ids.masked_scatter_(is_new, rank_in_all + next_id_);
+  next_id_ += all_keys.size(0);
+  ids_ = ids.to(params_.means.device());
+
+  torch::Tensor counts = torch::tensor({d.cloned, d.split, d.pruned}, torch::kInt64)
+                             .to(comm_.device());
+  comm_.allreduce(counts, distributed::ReduceOp::Sum);
+  counts = counts.cpu();
+  result.densified = true;
+  result.cloned = counts[0].item<int64_t>();
+  result.split = counts[1].item<int64_t>();
+  result.pruned = counts[2].item<int64_t>();
+}
+
+torch::Tensor GaussianTrainer::render(int64_t camera_index) {
+  torch::NoGradGuard no_grad;
+  return forward({camera_index}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0), false,
+                 nullptr)[0];
+}
+
+int64_t GaussianTrainer::global_count() {
+  torch::Tensor n = torch::tensor({params_.size()}, torch::kInt64).to(comm_.device());
+  comm_.allreduce(n, distributed::ReduceOp::Sum);
+  return n.cpu().item<int64_t>();
+}
+
+GaussianParams GaussianTrainer::canonical_params(int root) {
+  GaussianParams out;
+  const auto src = params_.fields();
+  const auto dst = out.fields();
+  for (size_t i = 0; i < kFields; ++i)
+    *dst[i] = distributed::gather_canonical(comm_, ids_, src[i]->detach(), root);
+  return out;
+}
+
+std::array<torch::Tensor, 6> GaussianTrainer::canonical_grads(int root) {
+  std::array<torch::Tensor, 6> out;
+  const auto src = params_.fields();
+  for (size_t i = 0; i < kFields; ++i) {
+    const torch::Tensor g = src[i]->grad().defined() ? src[i]->grad().detach()
+                                                     : torch::zeros_like(src[i]->detach());
+    out[i] = distributed::gather_canonical(comm_, ids_, g, root);
+  }
+  return out;
+}
+
+torch::Tensor GaussianTrainer::canonical_ids(int root) {
+  return distributed::gather_canonical(comm_, ids_, ids_, root);
+}
+
+void GaussianTrainer::export_ply(const std::string& path) {
+  GaussianParams p = canonical_params(0);
+  if (comm_.rank() == 0) write_ply(path, p);
+}
+
+MemoryStats GaussianTrainer::memory() const { return memory_stats(comm_.device()); }
+
+}  // namespace tessera::models::gaussians

@@ -1,0 +1,190 @@
+// The sharded forward of GaussianTrainer: owners project, tiles are split across ranks, projected
+// rows go by all-to-all-v to the tile owners, which rasterize; full images by allreduce.
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "distributed/gaussian_sharding_exchange.h"
+#include "kernels/gaussian_projection.h"
+#include "kernels/gaussian_rasterize.h"
+#include "kernels/spherical_harmonics.h"
+#include "models/gaussians/gaussian_render.h"
+#include "models/gaussians/gaussian_trainer.h"
+
+namespace tessera::models::gaussians {
+namespace {
+
+// Columns of an exchanged projected row: means2d(2), conics(3), colors(3), opacity(1), depth(1).
+constexpr int64_t kRowWidth = 10;
+
+// Differentiable allreduce-sum of per-rank partial images. Forward: the sum over ranks. Backward:
+// the allreduce-sum of the gradient, so that when every rank's loss is L / size the gradient that
+// reaches each rank's partial image is dL/d(full image), the single-process gradient.
+class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
+                               const torch::Tensor& partial,  // [H, W, 3]
+                               int64_t comm_address) {
+    ctx->saved_data["comm"] = comm_address;
+    torch::Tensor full = partial.detach().clone();
+    reinterpret_cast<distributed::Communicator*>(comm_address)
+        ->allreduce(full, distributed::ReduceOp::Sum);
+    return full;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* comm = reinterpret_cast<distributed::Communicator*>(ctx->saved_data["comm"].toInt());
+    torch::Tensor g = grads[0].defined() ? grads[0].contiguous().clone() : torch::Tensor();
+    if (!g.defined()) throw std::logic_error("AllreduceSumFunction: undefined gradient");
+    comm->allreduce(g, distributed::ReduceOp::Sum);
+    return {g, torch::Tensor()};
+  }
+};
+
+// Per-tile intersection counts of one view's rects [P, 4] (x0, x1, y0, y1): a 2D difference
+// array, then prefix sums. -> [tiles_y * tiles_x] float64.
+torch::Tensor tile_counts(const torch::Tensor& rects, int64_t tiles_x, int64_t tiles_y) {
+  const int64_t stride = tiles_x + 1;
+  torch::Tensor diff = torch::zeros({(tiles_y + 1) * stride}, torch::kFloat64);
+  if (rects.size(0) > 0) {
+    const torch::Tensor r = rects.cpu();
+    const torch::Tensor x0 = r.select(1, 0), x1 = r.select(1, 1);
+    const torch::Tensor y0 = r.select(1, 2), y1 = r.select(1, 3);
+    const torch::Tensor one = torch::ones({r.size(0)}, torch::kFloat64);
+    diff.index_add_(0, y0 * stride + x0, one);
+    diff.index_add_(0, y0 * stride + x1, -one);
+    diff.index_add_(0, y1 * stride + x0, -one);
+    diff.index_add_(0, y1 * stride + x1, one);
+  }
+  return diff.view({tiles_y + 1, stride})
+      .cumsum(0)
+      .cumsum(1)
+      .slice(0, 0, tiles_y)
+      .slice(1, 0, tiles_x)
+      .reshape({-1});
+}
+
+// [H, W] bool: the pixels of the tiles where tile_mask [T] is true.
+torch::Tensor pixel_mask(const torch::Tensor& tile_mask, int64_t width, int64_t height,
+                         int64_t tile_size) {
+  const int64_t tiles_x = kernels::tiles_along(width, tile_size);
+  const torch::Tensor ty = torch::arange(height, torch::kInt64).div(tile_size, "floor");
+  const torch::Tensor tx = torch::arange(width, torch::kInt64).div(tile_size, "floor");
+  const torch::Tensor tile = ty.unsqueeze(1) * tiles_x + tx.unsqueeze(0);  // [H, W]
+  return tile_mask.index({tile});
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& views,
+                                                    int sh_degree, bool grad, Batch* batch) {
+  namespace dist = distributed;
+  const torch::Device device = params_.means.device();
+  const int64_t ts = options_.tile_size;
+  const int64_t b_count = static_cast<int64_t>(views.size());
+  const torch::Tensor scales = params_.scales();
+  const torch::Tensor opacities = params_.opacities();
+  const torch::Tensor coeffs = params_.sh_coeffs();
+
+  std::vector<RenderCamera> cams;
+  std::vector<int64_t> first_tile(b_count + 1, 0), tiles_x(b_count);
+  std::vector<torch::Tensor> rows, side, rects, costs;
+  for (int64_t b = 0; b < b_count; ++b) {
+    cams.push_back(make_render_camera(scene_.cameras()[views[b]], options_.resolution_scale,
+                                      device));
+    const RenderCamera& cam = cams.back();
+    const kernels::ProjectionOutput proj = kernels::project_gaussians(
+        params_.means, params_.quats, scales, cam.viewmat, cam.fx, cam.fy, cam.cx, cam.cy,
+        cam.width, cam.height);
+    if (grad && proj.means2d.requires_grad()) proj.means2d.retain_grad();
+    const torch::Tensor centre = torch::tensor({cam.centre[0], cam.centre[1], cam.centre[2]},
+                                               params_.means.options().requires_grad(false));
+    const torch::Tensor colors =
+        kernels::spherical_harmonics(sh_degree, params_.means - centre, coeffs);  // [n, 3]
+    rows.push_back(torch::cat({proj.means2d, proj.conics, colors, opacities.unsqueeze(1),
+                               proj.depths.unsqueeze(1)},
+                              1));  // [n, 10]
+    side.push_back(torch::stack({proj.radii.to(torch::kInt64), ids_,
+                                 torch::full_like(ids_, b)},
+                                1));  // [n, 3] (radius, global id, view)
+    tiles_x[b] = kernels::tiles_along(cam.width, ts);
+    const int64_t tiles_y = kernels::tiles_along(cam.height, ts);
+    first_tile[b + 1] = first_tile[b] + tiles_x[b] * tiles_y;
+    rects.push_back(
+        dist::tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
+    costs.push_back(options_.tile_cost == TileCostKind::Intersections
+                        ? tile_counts(rects.back(), tiles_x[b], tiles_y)
+                        : torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
+    if (batch != nullptr) {
+      batch->radii.push_back(proj.radii);
+      batch->means2d.push_back(proj.means2d);
+      batch->widths.push_back(cam.width);
+      batch->heights.push_back(cam.height);
+    }
+  }
+  // Tile cost over the batch (views concatenated), identical on every rank.
+  torch::Tensor tile_cost = torch::cat(costs);
+  if (options_.tile_cost == TileCostKind::Intersections)
+    comm_.allreduce(tile_cost, dist::ReduceOp::Sum);
+  const dist::TilePartition partition = dist::partition_tiles(tile_cost, comm_.size());
+  std::vector<torch::Tensor> dest;
+  for (int64_t b = 0; b < b_count; ++b)
+    dest.push_back(dist::destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
+  const dist::ExchangePlan plan = dist::make_exchange_plan(comm_, torch::cat(dest));
+  const torch::Tensor received = dist::exchange_projected(comm_, plan, torch::cat(rows));
+  const torch::Tensor received_side =
+      dist::exchange_with_plan(comm_, plan, torch::cat(side)).cpu();  // [R, 3]
+  if (batch != nullptr) batch->received = received;
+
+  const torch::Tensor my_tiles = partition.mask(comm_.rank());  // [T] bool
+  std::vector<torch::Tensor> partials;
+  for (int64_t b = 0; b < b_count; ++b) {
+    const RenderCamera& cam = cams[b];
+    const torch::Tensor tile_mask = my_tiles.slice(0, first_tile[b], first_tile[b + 1]);
+    const torch::Tensor pixels =
+        pixel_mask(tile_mask, cam.width, cam.height, ts).to(device).unsqueeze(2);  // [H, W, 1]
+    // This view's received rows in global-id order, so that binning's tie rule (row index)
+    // orders equal depths by global id whatever the world size.
+    const torch::Tensor of_view = torch::nonzero(received_side.select(1, 2) == b).flatten();
+    const torch::Tensor by_id =
+        of_view.index_select(0, received_side.select(1, 1).index_select(0, of_view).argsort());
+    const torch::Tensor r = received.index_select(0, by_id.to(device));  // [m, 10]
+    const torch::Tensor radii =
+        received_side.select(1, 0).index_select(0, by_id).to(device, torch::kInt32);
+    torch::Tensor partial;
+    if (r.size(0) > 0 && tile_mask.any().item<bool>()) {
+      const torch::Tensor means2d = r.slice(1, 0, 2), depths = r.select(1, 9);
+      const kernels::TileBins bins =
+          kernels::bin_gaussians(means2d.detach(), radii, depths.detach(), cam.width,
+                                 cam.height, ts, tile_mask.to(device));
+      const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
+          means2d, r.slice(1, 2, 5), r.slice(1, 5, 8), r.select(1, 8), background_,
+          bins.tile_offsets, bins.gaussian_ids, cam.width, cam.height, ts);
+      partial = raster.colors * pixels;
+    } else {
+      partial = background_.view({1, 1, 3}).expand({cam.height, cam.width, 3}) * pixels;
+    }
+    partials.push_back(partial.reshape({-1}));
+  }
+  // One allreduce for the batch: every pixel belongs to exactly one rank's block.
+  torch::Tensor flat = torch::cat(partials);
+  if (grad) {
+    // The received rows enter every rank's loss (a zero term), so that the backward collectives
+    // (this allreduce and the reverse all-to-all-v) run on every rank.
+    flat = AllreduceSumFunction::apply(flat + 0 * received.sum(),
+                                       static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm_)));
+  } else {
+    flat = flat.detach().contiguous().clone();
+    comm_.allreduce(flat, dist::ReduceOp::Sum);
+  }
+  std::vector<torch::Tensor> images;
+  int64_t offset = 0;
+  for (const RenderCamera& cam : cams) {
+    const int64_t size = cam.height * cam.width * 3;
+    images.push_back(flat.slice(0, offset, offset + size).view({cam.height, cam.width, 3}));
+    offset += size;
+  }
+  return images;
+}
+
+}  // namespace tessera::models::gaussians
