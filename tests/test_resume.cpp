@@ -214,6 +214,29 @@ TEST_F(ResumeTest, SnapshotBenchReportsBothModes) {
   EXPECT_EQ(lines, 2) << job.output;
 }
 
+// --resume auto skips a damaged newest snapshot with a warning; a snapshot of another dataset
+// is refused with exit code 2.
+TEST_F(ResumeTest, AutoSkipsDamagedSnapshotsAndOtherDatasetsAreRefused) {
+  const std::string run_dir = dir_ + "/damaged";
+  const Job first = run(train(1, run_dir, {"--until", "8"}), 120);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string newest = snapshot_path(run_dir + "/snapshots", 8);
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);  // as a crash mid-copy would leave it
+  const Job resumed = run(train(1, run_dir, {"--until", "12", "--resume", "auto"}), 120);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("warning: --resume auto: skipping"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000004.h5 at step 4"), std::string::npos) << resumed.output;
+
+  const Job other = run({binary_, "synth", "--preset", "objects", "--views", "9", "--width", "32",
+                         "--height", "24", "--out", dir_ + "/other.h5"}, 120);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const Job refused = run(train(1, run_dir, {"--set", "data.path=" + dir_ + "/other.h5",
+                                             "--resume", snapshot_path(run_dir + "/snapshots", 12)}), 120);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("trained on another dataset"), std::string::npos) << refused.output;
+}
+
 TEST_F(ResumeTest, BadResumePathIsBadInput) {
   std::ofstream(dir_ + "/junk.h5") << "not hdf5";
   const Job job = run(train(1, dir_ + "/bad", {"--resume", dir_ + "/junk.h5"}), 60);
