@@ -24,6 +24,15 @@ struct DataConfig {
 // [model] — which model to train (looked up by name in the model registry).
 struct ModelConfig {
   std::string name;
+  // `gaussians` only (docs/gaussians.md):
+  int64_t views_per_step = 1;
+  double resolution_scale = 1.0;
+  int64_t densify_from = 0;
+  int64_t densify_until = 0;
+  int64_t densify_every = 0;
+  double densify_grad_threshold = 0.0;
+  int64_t opacity_reset_every = 0;
+  int64_t sh_degree_interval = 0;
 };
 
 // [train] — the optimization loop.

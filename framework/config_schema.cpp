@@ -109,7 +109,31 @@ const std::vector<KeySpec>& schema() {
           .doc("Path to a tessera-scene HDF5 dataset; empty means none."),
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
           .defaults_to("nerf-hash")
-          .doc("Model to train, by registered name (checked by the model registry)."),
+          .doc("Model to train: a registered NeRF model (nerf-hash, nerf-mlp) or `gaussians` (3DGS, docs/gaussians.md)."),
+      key("model", "views_per_step", [](auto& c) -> auto& { return c.model.views_per_step; })
+          .defaults_to(1).range(1, 4096)
+          .doc("`gaussians`: training views per step (the view batch); learning rates scale with its square root."),
+      key("model", "resolution_scale", [](auto& c) -> auto& { return c.model.resolution_scale; })
+          .defaults_to(1.0).range(1, 64)
+          .doc("`gaussians`: render and compare at width/scale x height/scale."),
+      key("model", "densify_from", [](auto& c) -> auto& { return c.model.densify_from; })
+          .defaults_to(500).at_least(0)
+          .doc("`gaussians`: densify after this step ..."),
+      key("model", "densify_until", [](auto& c) -> auto& { return c.model.densify_until; })
+          .defaults_to(15000).at_least(0)
+          .doc("`gaussians`: ... and before this step ..."),
+      key("model", "densify_every", [](auto& c) -> auto& { return c.model.densify_every; })
+          .defaults_to(100).range(1, kMaxTrainSteps)
+          .doc("`gaussians`: ... every this many steps (clone, split, prune)."),
+      key("model", "densify_grad_threshold", [](auto& c) -> auto& { return c.model.densify_grad_threshold; })
+          .defaults_to(2e-4).range_open_low(0, 1)
+          .doc("`gaussians`: mean screen-space gradient norm (NDC units) above which a Gaussian is cloned or split."),
+      key("model", "opacity_reset_every", [](auto& c) -> auto& { return c.model.opacity_reset_every; })
+          .defaults_to(3000).range(1, kMaxTrainSteps)
+          .doc("`gaussians`: opacity reset cadence (while densifying)."),
+      key("model", "sh_degree_interval", [](auto& c) -> auto& { return c.model.sh_degree_interval; })
+          .defaults_to(1000).range(1, kMaxTrainSteps)
+          .doc("`gaussians`: the spherical-harmonics degree rises by one every this many steps, up to 3."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxTrainSteps)
           .doc("Optimizer steps."),

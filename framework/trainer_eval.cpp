@@ -9,24 +9,6 @@
 
 namespace tessera {
 
-namespace {
-
-// The dataset image as float32 [H, W, 3] in [0, 1], composited over the background when the
-// dataset has alpha (the same target the training rays use).
-torch::Tensor target_image(const data::SceneReader& scene, size_t index) {
-  torch::Tensor rgb = scene.read_image(index).to(torch::kFloat32) / 255.0f;
-  if (scene.has_alpha()) {
-    const torch::Tensor a = scene.read_alpha(index).to(torch::kFloat32).unsqueeze(2) / 255.0f;
-    const auto& bg = scene.meta().background;
-    const torch::Tensor b = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
-                                           static_cast<float>(bg[2])});
-    rgb = rgb * a + b * (1.0f - a);
-  }
-  return rgb;
-}
-
-}  // namespace
-
 torch::Tensor Trainer::render_view(size_t index, int64_t step) {
   return render_camera(scene_.cameras().at(index), step);
 }
@@ -77,7 +59,7 @@ EvalResult Trainer::evaluate(int64_t step, bool write) {
   EvalResult result;
   for (size_t v = 0; v < views.size(); ++v) {
     const torch::Tensor image = render_view(views[v], step);
-    const torch::Tensor target = target_image(scene_, views[v]);
+    const torch::Tensor target = scene_.read_image_over_background(views[v]);
     result.psnr += psnr(image, target);
     result.ssim += ssim(image, target);
     if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {

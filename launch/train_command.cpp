@@ -18,6 +18,7 @@
 #include "framework/trainer.h"
 #include "launch/commands.h"
 #include "launch/run_setup.h"
+#include "launch/train_gaussians.h"
 #include "models/builtin.h"
 
 namespace tessera::launch {
@@ -105,7 +106,10 @@ int run_train(const TrainOptions& options) {
   // once and no rank starts: model name, dataset, schedules.
   ModelRegistry registry;
   models::register_builtin_models(registry);
-  registry.require(config.model.name, config.source_path);
+  const bool gaussians = config.model.name == kGaussiansModel;
+  if (!gaussians) registry.require(config.model.name, config.source_path);
+  if (gaussians && !options.resume.empty())
+    throw UserError("--resume: snapshots of `gaussians` runs are not implemented yet");
   if (config.data.path.empty())
     throw UserError(config.source_path + ": data.path is empty; make a dataset with `tessera "
                     "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
@@ -140,6 +144,7 @@ int run_train(const TrainOptions& options) {
                                    ? torch::Device(torch::kCUDA, context.cuda_device_index())
                                    : torch::Device(torch::kCPU);
   auto comm = distributed::make_communicator(context, config.distributed.backend, device);
+  if (gaussians) return run_gaussian_train(config, context, *comm, scene);
   ModelContext model_context;
   model_context.scene_bounds = scene.meta().scene_bounds;
   model_context.near = scene.meta().near;

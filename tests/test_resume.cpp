@@ -1,5 +1,5 @@
-// Snapshots and resume end to end, in new processes under mpiexec (DESIGN invariants 4 and 6):
-// exact resume, resume at another world size, a rank killed mid-training, SIGTERM.
+// `tessera train` end to end in new processes under mpiexec: snapshots and resume (DESIGN
+// invariants 4 and 6: exact resume, another world size, a killed rank, SIGTERM) and 3DGS runs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -235,6 +235,43 @@ TEST_F(ResumeTest, AutoSkipsDamagedSnapshotsAndOtherDatasetsAreRefused) {
                                              "--resume", snapshot_path(run_dir + "/snapshots", 12)}), 120);
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("trained on another dataset"), std::string::npos) << refused.output;
+}
+
+// model.name = "gaussians" on 2 ranks: trains with densification, writes metrics, eval renders and
+// the INRIA PLY; resuming a Gaussian run is refused until its snapshots exist.
+TEST_F(ResumeTest, GaussiansTrainOnTwoRanksAndExportPly) {
+  std::ofstream(dir_ + "/gaussians.toml")
+      << "[data]\npath = \"" << dir_ << "/scene.h5\"\n"
+      << "[model]\nname = \"gaussians\"\ndensify_from = 5\ndensify_until = 16\ndensify_every = 5\n"
+      << "densify_grad_threshold = 2e-5\n"
+      << "[train]\nsteps = 20\nlog_every = 10\n"
+      << "[eval]\nmax_views = 1\n"
+      << "[distributed]\nthreads = 1\n";
+  const std::string out = dir_ + "/gs";
+  const Job job = run({mpiexec_, "-n", "2", "--oversubscribe", binary_, "train",
+                       dir_ + "/gaussians.toml", "--set", "run.out_dir=" + out}, 180);
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  std::ifstream metrics(out + "/metrics.jsonl");
+  std::string line, last;
+  int records = 0;
+  while (std::getline(metrics, line)) {
+    ++records;
+    last = line;
+  }
+  EXPECT_EQ(records, 3) << "steps 10 and 20, then the summary";
+  EXPECT_NE(last.find("\"summary\":true"), std::string::npos) << last;
+  EXPECT_NE(last.find("\"eval_psnr\":"), std::string::npos) << last;
+  ASSERT_TRUE(fs::is_directory(out + "/renders"));
+  EXPECT_FALSE(fs::is_empty(out + "/renders")) << "no eval render\n" << job.output;
+  std::ifstream ply(out + "/gaussians.ply", std::ios::binary);
+  std::string first;
+  std::getline(ply, first);
+  EXPECT_EQ(first, "ply");
+  EXPECT_NE(job.output.find("initial Gaussians on 2 rank(s)"), std::string::npos) << job.output;
+
+  const Job resume = run({binary_, "train", dir_ + "/gaussians.toml", "--set",
+                          "run.out_dir=" + out, "--resume", "auto"}, 60);
+  EXPECT_EQ(resume.exit_code, 2) << resume.output;
 }
 
 TEST_F(ResumeTest, BadResumePathIsBadInput) {

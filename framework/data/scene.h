@@ -87,6 +87,9 @@ class SceneReader {
 
   torch::Tensor read_image(size_t index) const;  // uint8 [H, W, 3], that image only
   torch::Tensor read_alpha(size_t index) const;  // uint8 [H, W]; throws if !has_alpha()
+  // The training and eval target: float32 [H, W, 3] in [0, 1], composited over the background
+  // when the dataset has alpha (rgb is straight colour then).
+  torch::Tensor read_image_over_background(size_t index) const;
   torch::Tensor read_points_xyz() const;         // float32 [P, 3] (P = 0 when none)
   torch::Tensor read_points_rgb() const;         // uint8 [P, 3]
   std::vector<size_t> indices(Split split) const;  // camera indices of a split, ascending

@@ -236,6 +236,16 @@ torch::Tensor SceneReader::read_image(size_t index) const {
   return impl_->read(impl_->rgb, index, "image");
 }
 
+torch::Tensor SceneReader::read_image_over_background(size_t index) const {
+  torch::Tensor rgb = read_image(index).to(torch::kFloat32) / 255.0f;
+  if (!has_alpha()) return rgb;
+  const torch::Tensor a = read_alpha(index).to(torch::kFloat32).unsqueeze(2) / 255.0f;
+  const auto& bg = meta().background;
+  const torch::Tensor b = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
+                                         static_cast<float>(bg[2])});
+  return rgb * a + b * (1.0f - a);
+}
+
 torch::Tensor SceneReader::read_alpha(size_t index) const {
   if (!has_alpha()) throw std::logic_error(impl_->path + ": read_alpha on a scene without alpha");
   return impl_->read(impl_->alpha, index, "alpha");

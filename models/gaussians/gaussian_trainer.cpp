@@ -157,9 +157,7 @@ torch::Tensor GaussianTrainer::target(int64_t camera_index) {
   if (it != targets_.end()) return it->second;
   const RenderCamera cam = make_render_camera(scene_.cameras()[camera_index],
                                               options_.resolution_scale);
-  torch::Tensor image = scene_.read_image(static_cast<size_t>(camera_index))
-                            .to(torch::kFloat32)
-                            .div(255.0f);
+  torch::Tensor image = scene_.read_image_over_background(static_cast<size_t>(camera_index));
   image = resize_image(image, cam.width, cam.height).to(comm_.device());
   if (options_.cache_targets) targets_[camera_index] = image;
   return image;
