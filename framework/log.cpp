@@ -5,6 +5,9 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <vector>
 
@@ -62,6 +65,18 @@ void set_level(const std::string& level) { spdlog::default_logger()->set_level(p
 
 void flush() {
   if (auto logger = spdlog::default_logger()) logger->flush();
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof(text), "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else if (s >= 60)
+    std::snprintf(text, sizeof(text), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else
+    std::snprintf(text, sizeof(text), "%llds", (long long)s);
+  return text;
 }
 
 }  // namespace tessera::log

@@ -26,5 +26,7 @@ spdlog::level::level_enum parse_level(const std::string& level);
 std::string log_file_path(const std::string& run_dir, int rank);
 // Flushes every sink (before exit or abort).
 void flush();
+// A duration for progress lines: "45s", "3m05s", "1h02m".
+std::string format_duration(double seconds);
 
 }  // namespace tessera::log

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
+#include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
@@ -19,18 +20,6 @@
 namespace tessera {
 
 namespace {
-
-std::string format_duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  char text[32];
-  if (s >= 3600)
-    std::snprintf(text, sizeof(text), "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
-  else if (s >= 60)
-    std::snprintf(text, sizeof(text), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else
-    std::snprintf(text, sizeof(text), "%llds", (long long)s);
-  return text;
-}
 
 std::string format_rate(double rays_per_s) {
   char text[32];
@@ -217,7 +206,7 @@ void Trainer::log_step(const StepResult& r, const EvalResult* eval, double rays_
                 "step %lld/%lld loss %.5f psnr %.1f rays/s %s mem %lld MiB rate %.2f lr %.1e eta %s",
                 static_cast<long long>(done), static_cast<long long>(options_.steps), r.loss, psnr,
                 format_rate(rays_per_s).c_str(), static_cast<long long>(peak_bytes >> 20),
-                r.sampling_rate, r.lr, format_duration(eta).c_str());
+                r.sampling_rate, r.lr, log::format_duration(eta).c_str());
   std::string text = line;
   if (eval && eval->views > 0) {
     char extra[96];
@@ -236,7 +225,7 @@ void Trainer::write_summary(const TrainSummary& s) {
                 "%s: %lld steps in %s, final loss %.5f (psnr %.2f), %s rays/s, eval psnr %.2f "
                 "ssim %.4f (%lld views), %lld skipped steps, peak memory %s",
                 s.finished ? "done" : "stopped", static_cast<long long>(s.steps),
-                format_duration(s.seconds).c_str(), s.final_loss,
+                log::format_duration(s.seconds).c_str(), s.final_loss,
                 psnr_of_mse(s.final_loss), format_rate(s.rays_per_s).c_str(), s.eval_psnr,
                 s.eval_ssim, static_cast<long long>(s.eval_views),
                 static_cast<long long>(s.skipped_steps), format_bytes(s.peak_mem_bytes).c_str());

@@ -72,7 +72,7 @@ std::string Trainer::save_snapshot() {
     for (const auto& [name, p] : named_params(model_)) {
       writer.write_replicated(snapshot_param(name), p.detach());
       const auto* st = adam_state(*optimizer_, p);
-      const torch::Tensor zeros = torch::zeros_like(p.detach());
+      const torch::Tensor zeros = st ? torch::Tensor() : torch::zeros_like(p.detach());
       writer.write_replicated(snapshot_optimizer(name, "exp_avg"), st ? st->exp_avg() : zeros);
       writer.write_replicated(snapshot_optimizer(name, "exp_avg_sq"), st ? st->exp_avg_sq() : zeros);
       writer.write_replicated(snapshot_optimizer(name, "step"),

@@ -49,8 +49,7 @@ TrainerOptions trainer_options(const Config& config) {
 }
 
 RestoredRun restore_run(const std::string& snapshot, const std::vector<std::string>& overrides) {
-  const std::string problem = validate_snapshot(snapshot);
-  if (!problem.empty()) throw UserError(snapshot + ": " + problem);
+  // The reader checks the format here; load_snapshot verifies every checksum as it reads.
   RestoredRun run;
   {
     const SnapshotReader reader(snapshot);

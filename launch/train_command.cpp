@@ -119,10 +119,14 @@ int run_train(const TrainOptions& options) {
   trainer.stop_after = options.until;
   const std::string snapshot_dir = (std::filesystem::path(config.run.out_dir) / "snapshots").string();
   if (!options.resume.empty() && options.resume != "auto") {
-    const std::string problem = validate_snapshot(options.resume);
-    if (!problem.empty())
-      throw UserError("--resume " + options.resume + ": " + problem +
+    // Format and root attributes only: load_snapshot verifies each dataset's checksum as it
+    // reads it, so the file is read once, not twice.
+    try {
+      const SnapshotReader probe(options.resume);
+    } catch (const UserError& e) {
+      throw UserError(std::string("--resume: ") + e.what() +
                       " (use --resume auto to pick the newest good snapshot of the run)");
+    }
   }
   LrSchedule{trainer.lr};
   SamplingSchedule{trainer.sampling};

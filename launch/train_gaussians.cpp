@@ -11,6 +11,7 @@
 
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
+#include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/metrics.h"
 #include "launch/train_gaussians.h"
@@ -37,15 +38,6 @@ gs::GaussianTrainerOptions gaussian_options(const Config& config) {
   o.init.seed = static_cast<uint64_t>(config.run.seed);
   o.sh_degree_interval = static_cast<int>(config.model.sh_degree_interval);
   return o;
-}
-
-
-std::string format_duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  char text[32];
-  if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else std::snprintf(text, sizeof text, "%llds", (long long)s);
-  return text;
 }
 
 }  // namespace
@@ -128,7 +120,7 @@ int run_gaussian_train(const Config& config, distributed::ProcessContext& contex
                    static_cast<long long>(r.global_count), r.sh_degree,
                    format_bytes(peak.item<int64_t>()).c_str(),
                    do_eval ? (" eval psnr " + std::to_string(last_eval_psnr)).c_str() : "",
-                   format_duration(eta).c_str());
+                   log::format_duration(eta).c_str());
     }
     window = std::chrono::steady_clock::now();
   }
@@ -142,7 +134,7 @@ int run_gaussian_train(const Config& config, distributed::ProcessContext& contex
                            {"eval_ssim", last_eval_ssim}, {"ply", ply}};
     metrics << summary.dump() << '\n' << std::flush;
     std::fprintf(stderr, "done: %lld steps in %s, %lld Gaussians, eval psnr %.2f ssim %.4f, %s\n",
-                 static_cast<long long>(steps), format_duration(seconds).c_str(),
+                 static_cast<long long>(steps), log::format_duration(seconds).c_str(),
                  static_cast<long long>(final_count), last_eval_psnr, last_eval_ssim, ply.c_str());
   }
   (void)context;
