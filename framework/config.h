@@ -27,6 +27,10 @@ struct ModelConfig {
   // `gaussians` only (docs/gaussians.md):
   int64_t views_per_step = 1;
   double resolution_scale = 1.0;
+  int64_t num_downscales = 0;         // coarse to fine
+  int64_t resolution_schedule = 0;
+  int64_t views_per_pass = 0;         // 0 = from the [checkpoint] budget
+  std::string init_ply;               // "" = the dataset's points
   int64_t densify_from = 0;
   int64_t densify_until = 0;
   int64_t densify_every = 0;

@@ -116,6 +116,18 @@ const std::vector<KeySpec>& schema() {
       key("model", "resolution_scale", [](auto& c) -> auto& { return c.model.resolution_scale; })
           .defaults_to(1.0).range(1, 64)
           .doc("`gaussians`: render and compare at width/scale x height/scale."),
+      key("model", "num_downscales", [](auto& c) -> auto& { return c.model.num_downscales; })
+          .defaults_to(0).range(0, 8)
+          .doc("`gaussians`: coarse to fine: train at resolution_scale x 2^n at first, halving the downscale every resolution_schedule steps (0 = full resolution throughout)."),
+      key("model", "resolution_schedule", [](auto& c) -> auto& { return c.model.resolution_schedule; })
+          .defaults_to(3000).range(1, kMaxTrainSteps)
+          .doc("`gaussians`: steps between halvings of the coarse-to-fine downscale."),
+      key("model", "views_per_pass", [](auto& c) -> auto& { return c.model.views_per_pass; })
+          .defaults_to(0).range(0, 4096)
+          .doc("`gaussians`: views of a batch rendered and backpropagated together, their gradients accumulated; 0 = as many as [checkpoint] budget_mib allows per rank when policy = \"budget\", else the whole batch."),
+      key("model", "init_ply", [](auto& c) -> auto& { return c.model.init_ply; })
+          .defaults_to("")
+          .doc("`gaussians`: start from this INRIA-layout .ply (e.g. `tessera export`) instead of the dataset's points."),
       key("model", "densify_from", [](auto& c) -> auto& { return c.model.densify_from; })
           .defaults_to(500).at_least(0)
           .doc("`gaussians`: densify after this step ..."),
@@ -169,7 +181,7 @@ const std::vector<KeySpec>& schema() {
           .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
-          .doc("Schedule of the sampling rate, the fraction of training rays drawn per epoch."),
+          .doc("Schedule of the sampling rate, the fraction of training rays (NeRF) or views (`gaussians`) drawn per epoch."),
       key("sampling", "rate_max", [](auto& c) -> auto& { return c.sampling.rate_max; })
           .defaults_to(1.0).range_open_low(0, 1)
           .doc("Sampling rate at the first step."),
@@ -184,7 +196,7 @@ const std::vector<KeySpec>& schema() {
           .doc("Step schedule: factor applied to the rate at each reduction."),
       key("sampling", "rescale_lr", [](auto& c) -> auto& { return c.sampling.rescale_lr; })
           .defaults_to(false)
-          .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
+          .doc("Scale the learning rate with the sampling rate (docs/training.md); NeRF only (a `gaussians` step always renders views_per_step views)."),
       key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
           .defaults_to("none").one_of({"none", "segments", "budget"})
           .doc("Activation checkpointing per rank (docs/checkpointing.md)."),
@@ -196,7 +208,7 @@ const std::vector<KeySpec>& schema() {
           .doc("`segments` policy: recompute every N-th segment (0 = off)."),
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
           .defaults_to(0.0).at_least(0)
-          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed."),
+          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`gaussians`: the most views per pass that fit)."),
       key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
           .defaults_to(1000).range(0, kMaxTrainSteps)
           .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),

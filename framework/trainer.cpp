@@ -9,30 +9,13 @@
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
+#include "framework/autocast.h"
 #include "framework/memory.h"
 
 namespace tessera {
 
 namespace {
 
-// Autocast for bf16/fp16 on CUDA for the scope of a forward pass; a no-op for fp32.
-class AutocastScope {
- public:
-  AutocastScope(const std::string& precision, torch::Device device)
-      : active_(precision != "fp32" && device.is_cuda()) {
-    if (!active_) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, precision == "bf16" ? at::kBFloat16 : at::kHalf);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~AutocastScope() {
-    if (!active_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool active_;
-};
 
 torch::Device device_of(Model& model, distributed::Communicator& comm) {
   for (const ParamGroup& g : model.parameter_groups())

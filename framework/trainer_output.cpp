@@ -2,9 +2,6 @@
 // object per logged step) and the final summary; files are written by rank 0 only.
 #include <spdlog/spdlog.h>
 
-#include <signal.h>
-
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +13,7 @@
 #include "framework/memory.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
+#include "framework/trainer_run.h"
 
 namespace tessera {
 
@@ -32,54 +30,11 @@ std::string format_rate(double rays_per_s) {
 // PSNR of a mean squared error of values in [0, 1].
 double psnr_of_mse(double mse) { return mse > 0 ? -10.0 * std::log10(mse) : 99.0; }
 
-// SIGTERM or SIGINT (a scheduler's time limit, Ctrl-C) asks every rank to stop: the flag is
-// agreed at the end of each step, then all ranks write one snapshot and return together.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void tessera_on_stop_signal(int signal) { g_stop_signal.store(signal); }
-
-// Installs the handlers for the scope of run() and restores the previous ones.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal.store(0);
-    struct sigaction action {};
-    action.sa_handler = tessera_on_stop_signal;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGTERM, &action, &old_term_);
-    sigaction(SIGINT, &action, &old_int_);
-  }
-  ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-  }
-
- private:
-  struct sigaction old_term_ {};
-  struct sigaction old_int_ {};
-};
-
 }  // namespace
 
 void Trainer::open_metrics() {
-  if (options_.out_dir.empty() || comm_.rank() != 0) return;
-  const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
-  // A fresh run starts a fresh record; a resumed one keeps the records up to its snapshot's step
-  // and drops later ones (written after that snapshot by the run that died).
-  std::vector<std::string> kept;
-  if (steps_done_ > 0) {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-          j["step"].get<int64_t>() <= steps_done_)
-        kept.push_back(line);
-    }
-  }
-  metrics_.open(path, std::ios::trunc);
-  if (!metrics_) throw UserError("cannot open " + path + " for writing; check run.out_dir");
-  for (const std::string& line : kept) metrics_ << line << '\n';
-  metrics_.flush();
+  // A resumed run keeps its records up to the snapshot's step (trainer_run.h).
+  metrics_ = open_metrics_log(options_.out_dir, comm_.rank(), steps_done_);
 }
 
 TrainSummary Trainer::run() {
@@ -103,9 +58,8 @@ TrainSummary Trainer::run() {
     ++window_steps;
     const int64_t done = step + 1;
     if (consecutive_skips_ >= options_.max_skipped_steps) {
-      const auto newest = snapshots ? find_latest_snapshot(
-                                          (std::filesystem::path(options_.out_dir) / "snapshots").string())
-                                    : std::nullopt;
+      const auto newest =
+          snapshots ? find_latest_snapshot(run_snapshot_dir(options_.out_dir)) : std::nullopt;
       throw std::runtime_error(
           "training stopped at step " + std::to_string(done) + ": the last " +
           std::to_string(consecutive_skips_) + " steps had a non-finite loss or gradient and " +
@@ -115,10 +69,7 @@ TrainSummary Trainer::run() {
                   : std::string("No snapshot was written; lower train.lr")));
     }
     // One small allreduce per step: did any rank receive SIGTERM or SIGINT?
-    torch::Tensor stop = torch::tensor({static_cast<int64_t>(g_stop_signal.load() != 0)},
-                                       torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
-    comm_.allreduce(stop, distributed::ReduceOp::Max);
-    stopped_by_signal = stop.item<int64_t>() != 0;
+    stopped_by_signal = agree_stop(comm_);
     const bool final_step = done == options_.steps;
     const bool do_eval = final_step || (options_.eval_every > 0 && done % options_.eval_every == 0);
     const bool do_log = final_step || do_eval || stopped_by_signal || done == until ||
@@ -133,8 +84,7 @@ TrainSummary Trainer::run() {
       }
       log_step(last, do_eval ? &eval : nullptr, rays_per_s);
     }
-    if (snapshots && (stopped_by_signal || done == until ||
-                      (options_.snapshot_every > 0 && done % options_.snapshot_every == 0))) {
+    if (snapshots && snapshot_due(done, until, options_.snapshot_every, stopped_by_signal)) {
       summary.last_snapshot = save_snapshot();
       snapshot_step = done;
     }
@@ -143,10 +93,7 @@ TrainSummary Trainer::run() {
       window_steps = 0;
     }
     if (stopped_by_signal) {
-      if (comm_.rank() == 0)
-        std::fprintf(stderr, "\nstopped by a signal after step %lld; snapshot %s; continue with "
-                     "--resume auto\n", static_cast<long long>(done), summary.last_snapshot.c_str());
-      spdlog::warn("stopped by signal {} after step {}", g_stop_signal.load(), done);
+      report_stopped_by_signal(comm_.rank(), done, summary.last_snapshot);
       break;
     }
   }

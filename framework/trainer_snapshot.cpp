@@ -10,6 +10,7 @@
 #include "distributed/errors.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
+#include "framework/trainer_run.h"
 
 namespace tessera {
 
@@ -55,10 +56,6 @@ std::string Trainer::dataset_fingerprint(const data::SceneReader& scene) {
 std::string Trainer::save_snapshot() {
   if (options_.out_dir.empty())
     throw std::logic_error("Trainer::save_snapshot needs an out_dir");
-  const std::filesystem::path dir = std::filesystem::path(options_.out_dir) / "snapshots";
-  if (comm_.rank() == 0) std::filesystem::create_directories(dir);
-  comm_.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
   SnapshotMeta meta;
   meta.step = steps_done_;
   meta.model = model_.name();
@@ -66,8 +63,9 @@ std::string Trainer::save_snapshot() {
   meta.dataset_fingerprint = dataset_fingerprint(scene_);
   SnapshotWriterOptions wo;
   wo.parallel = options_.snapshot_parallel;
-  const std::string path = snapshot_path(dir.string(), steps_done_);
-  {
+  // Folder, rotation and timing are shared with the 3DGS run (trainer_run.h).
+  return write_run_snapshot(comm_, options_.out_dir, steps_done_, options_.snapshot_keep,
+                            [&](const std::string& path) {
     SnapshotWriter writer(context_, path, meta, wo);
     for (const auto& [name, p] : named_params(model_)) {
       writer.write_replicated(snapshot_param(name), p.detach());
@@ -90,31 +88,13 @@ std::string Trainer::save_snapshot() {
     writer.write_replicated(snapshot_state("sampling_rate"),
                             torch::tensor(sampling_.at(steps_done_), torch::kFloat64));
     writer.commit();
-  }
-  if (comm_.rank() == 0) {
-    for (const std::string& gone : rotate_snapshots(dir.string(), static_cast<int>(options_.snapshot_keep)))
-      spdlog::info("snapshot rotation: removed {}", gone);
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("snapshot {} written in {:.3f} s", path, seconds);
-  return path;
+  });
 }
 
 void Trainer::load_snapshot(const std::string& path) {
   const SnapshotReader reader(path);
   const SnapshotMeta& meta = reader.meta();
-  if (meta.model != model_.name())
-    throw UserError(path + ": the snapshot is of model '" + meta.model + "' but the config trains '" +
-                    model_.name() + "'; resume with the config of that run (its text is stored in "
-                    "the snapshot: `tessera info " + path + "`)");
-  const std::string fp = dataset_fingerprint(scene_);
-  if (meta.dataset_fingerprint != fp)
-    throw UserError(path + ": the snapshot was trained on another dataset (fingerprint " +
-                    meta.dataset_fingerprint + ", this one " + fp + "); set data.path to the "
-                    "dataset of that run");
-  if (meta.step > options_.steps)
-    throw UserError(path + ": the snapshot is at step " + std::to_string(meta.step) +
-                    ", past train.steps = " + std::to_string(options_.steps));
+  check_snapshot_matches_run(path, meta, model_.name(), dataset_fingerprint(scene_), options_.steps);
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_params(model_)) {
     const std::string key = snapshot_param(name);

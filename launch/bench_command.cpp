@@ -1,7 +1,8 @@
 // `tessera bench NAME`: benchmarks that print one JSON object per line on rank 0's stdout, each
 // with a baseline measured in the same run. allreduce (Tessera's Communicator vs raw MPI or NCCL
-// on the same buffer), nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation) and
-// snapshot (bench_snapshot.cpp: sharded snapshot write/read, parallel vs gathered).
+// on the same buffer), nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation),
+// snapshot (bench_snapshot.cpp: sharded snapshot write/read, parallel vs gathered) and gaussians
+// (bench_gaussians.cpp: sharded 3DGS step time and memory per rank at a fixed count).
 #include <mpi.h>
 
 #include <algorithm>
@@ -127,9 +128,10 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
 
 }  // namespace
 
-// bench_nerf.cpp, bench_snapshot.cpp
+// bench_nerf.cpp, bench_snapshot.cpp, bench_gaussians.cpp
 std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench);
 std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& bench);
+std::pair<CLI::App*, std::function<int()>> add_gaussians_bench_command(CLI::App& bench);
 
 Command add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Run a benchmark; prints one JSON object per line");
@@ -154,10 +156,12 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   auto nerf = add_nerf_bench_command(*sub);
   auto snapshot = add_snapshot_bench_command(*sub);
-  return {sub, [options, allreduce, nerf, snapshot] {
+  auto gaussians = add_gaussians_bench_command(*sub);
+  return {sub, [options, allreduce, nerf, snapshot, gaussians] {
             if (allreduce->parsed()) return run_allreduce_bench(*options);
             if (nerf.first->parsed()) return nerf.second();
             if (snapshot.first->parsed()) return snapshot.second();
+            if (gaussians.first->parsed()) return gaussians.second();
             return kExitBadInput;
           }};
 }

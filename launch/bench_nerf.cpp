@@ -1,6 +1,7 @@
 // `tessera bench nerf`: NeRF training throughput (global rays/s through the Trainer), and the
 // memory and time of activation checkpointing policies and of gradient accumulation on a fixed
-// batch of nerf-mlp. One JSON object per line on rank 0's stdout; progress on stderr.
+// batch of nerf-mlp, at one precision. One JSON object per line on rank 0's stdout; progress on stderr.
+#include <ATen/autocast_mode.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "distributed/communicator.h"
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
+#include "framework/autocast.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
 #include "framework/data/scene.h"
@@ -25,6 +27,7 @@
 #include "framework/model.h"
 #include "framework/ray_sampler.h"
 #include "framework/trainer.h"
+#include "launch/bench_util.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
 
@@ -44,9 +47,17 @@ struct NerfBenchOptions {
   int64_t warmup = 1;               // throughput: untimed steps first
   int64_t rays = 1024;              // checkpoint / accumulate: rays of the fixed batch (per rank)
   int repeats = 3;                  // checkpoint / accumulate: timed steps per case (median)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (the last two on CUDA, as the Trainer)
   uint64_t seed = 0;
   double timeout_s = 600;
 };
+
+
+// bf16 and fp16 run on CUDA only (the Trainer refuses them on the CPU).
+std::string cpu_precision_error(const std::string& precision) {
+  return "bench nerf --precision " + precision + ": needs a CUDA device for every rank, and this "
+         "run is on the CPU (the Trainer runs bf16 and fp16 on CUDA only); use --precision fp32";
+}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -60,44 +71,6 @@ bool has(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double max_over_ranks(MPI_Comm comm, double value) {
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return value;
-}
-
-// Progress on stderr, rank 0 only.
-template <typename... Args>
-void progress(int rank, const char* format, const Args&... args) {
-  if (rank != 0) return;
-  std::fprintf(stderr, "[bench nerf] ");
-  std::fprintf(stderr, format, args...);
-  std::fprintf(stderr, "\n");
-  std::fflush(stderr);
-}
-
-void sync(torch::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
-// A temp dir removed on scope exit (each rank its own: works without a shared file system).
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-bench-nerf-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("bench nerf: mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
 
 RayBatch slice(const RayBatch& batch, int64_t begin, int64_t end) {
   RayBatch out = batch;
@@ -118,7 +91,7 @@ struct StepMeasurement {
 // One forward + backward of `batch` in `k` micro-batches (the Trainer's loss and split), with
 // gradients set to none first so that every step allocates the same; peak relative to the start.
 StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch, int64_t k,
-                              int repeats, torch::Device device) {
+                              int repeats, torch::Device device, const std::string& precision) {
   std::vector<torch::Tensor> params;
   for (auto& group : model.parameter_groups())
     for (auto& p : group.params) params.push_back(p);
@@ -127,7 +100,7 @@ StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch
   std::vector<double> times;
   for (int rep = 0; rep < repeats + 1; ++rep) {  // the first is a warm-up
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    sync(device);
+    bench::sync(device);
     MPI_CHECK(MPI_Barrier(comm));
     const int64_t start_bytes = memory_stats(device).current_bytes;
     reset_peak(device);
@@ -137,21 +110,25 @@ StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch
       StepContext ctx;
       ctx.step = 0;
       ctx.training = true;
-      const RenderResult out = model.render(micro, ctx);
-      const torch::Tensor loss = (out.rgb - micro.target_rgb).pow(2).sum() / (3.0 * rays);
+      torch::Tensor loss;
+      {
+        AutocastScope autocast(precision, device);
+        const RenderResult out = model.render(micro, ctx);
+        loss = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum() / (3.0 * rays);
+      }
       loss.backward();
     }
-    sync(device);
+    bench::sync(device);
     const double seconds =
-        max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    const double peak = max_over_ranks(comm, static_cast<double>(memory_stats(device).peak_bytes - start_bytes));
+        bench::max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double peak = bench::max_over_ranks(comm, static_cast<double>(memory_stats(device).peak_bytes - start_bytes));
     if (rep > 0) {
       times.push_back(seconds);
       result.peak = std::max(result.peak, static_cast<int64_t>(peak));
     }
   }
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
-  result.seconds = median(times);
+  result.seconds = bench::median(times);
   return result;
 }
 
@@ -177,6 +154,11 @@ int run_nerf_bench(const NerfBenchOptions& options) {
     if (c != "throughput" && c != "checkpoint" && c != "accumulate")
       throw UserError("bench nerf: unknown case '" + c + "' (known: throughput, checkpoint, accumulate)");
   if (options.rays < 8) throw UserError("bench nerf: --rays must be >= 8 (accumulation splits it 8 ways)");
+  if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "fp16")
+    throw UserError("bench nerf: --precision must be fp32, bf16 or fp16 (got '" + options.precision + "')");
+  // Before MPI starts where no GPU is visible at all, so that the launcher's rank 0 says it once.
+  if (options.precision != "fp32" && !torch::cuda::is_available())
+    throw UserError(cpu_precision_error(options.precision));
 
   distributed::ProcessContext context(nullptr, nullptr, options.timeout_s);
   log::init({context.rank(), "warn", "", true});
@@ -186,30 +168,24 @@ int run_nerf_bench(const NerfBenchOptions& options) {
   const torch::Device device = context.one_cuda_device_per_rank()
                                    ? torch::Device(torch::kCUDA, context.cuda_device_index())
                                    : torch::Device(torch::kCPU);
+  if (options.precision != "fp32" && device.is_cpu())
+    throw UserError(cpu_precision_error(options.precision));
   if (device.is_cpu()) install_counting_cpu_allocator();
   auto comm = distributed::make_communicator(context, "auto", device);
-  progress(rank, "%d rank(s) on %s, %d CPU threads per rank", ranks, device.str().c_str(), threads);
+  const char* precision = options.precision.c_str();
+  bench::progress(rank, "nerf", "%d rank(s) on %s, %d CPU threads per rank, %s", ranks, device.str().c_str(),
+           threads, precision);
 
-  std::unique_ptr<TempDir> temp;
-  std::string scene_path = options.scene;
-  if (scene_path.empty()) {
-    temp = std::make_unique<TempDir>();
-    scene_path = (temp->path / "scene.h5").string();
-    data::synth::SynthOptions synth;
-    synth.preset = options.preset;
-    synth.views = options.views;
-    synth.width = synth.height = options.size;
-    synth.seed = options.seed;
-    progress(rank, "synthesizing '%s': %d views of %dx%d", synth.preset.c_str(), synth.views,
-             synth.width, synth.height);
-    data::synth::write_synth_scene(synth, scene_path);
-  }
+  std::unique_ptr<bench::TempDir> temp;
+  const std::string scene_path =
+      bench::bench_scene("nerf", rank, options.scene, options.preset, options.views, options.size,
+                         options.seed, temp);
   const data::SceneReader scene(scene_path);
 
   // Throughput: optimizer steps through the Trainer, global rays/s over the timed steps.
   if (has(cases, "throughput")) {
     for (const std::string& name : split_list(options.models)) {
-      progress(rank, "throughput %s: %lld + %lld steps of %lld rays", name.c_str(),
+      bench::progress(rank, "nerf", "throughput %s: %lld + %lld steps of %lld rays", name.c_str(),
                static_cast<long long>(options.warmup), static_cast<long long>(options.steps),
                static_cast<long long>(options.train_rays));
       auto model = create_model(name, scene, device, options.seed);
@@ -222,21 +198,22 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       trainer_options.log_every = 0;
       trainer_options.out_dir = "";
       trainer_options.progress = false;
+      trainer_options.precision = options.precision;
       Trainer trainer(context, *comm, *model, scene, trainer_options);
       for (int64_t step = 0; step < options.warmup; ++step) trainer.train_step(step);
-      sync(device);
+      bench::sync(device);
       MPI_CHECK(MPI_Barrier(world));
       const auto start = std::chrono::steady_clock::now();
       for (int64_t step = options.warmup; step < options.warmup + options.steps; ++step)
         trainer.train_step(step);
-      sync(device);
+      bench::sync(device);
       const double seconds =
-          max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          bench::max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       const double rays_per_s = static_cast<double>(options.steps * options.train_rays) / seconds;
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"throughput\",\"model\":\"%s\",\"ranks\":%d,"
-                    "\"rays_per_s\":%.1f}\n",
-                    name.c_str(), ranks, rays_per_s);
+                    "\"precision\":\"%s\",\"rays_per_s\":%.1f}\n",
+                    name.c_str(), ranks, precision, rays_per_s);
         std::fflush(stdout);
       }
     }
@@ -257,7 +234,7 @@ int run_nerf_bench(const NerfBenchOptions& options) {
     CheckpointPolicyOptions budget_options;
     budget_options.budget_mib = std::max(static_cast<double>(total) / 2.0, 1.0) / (1024.0 * 1024.0);
     const CheckpointPlan plan = make_checkpoint_policy("budget", budget_options)->plan(infos);
-    progress(rank, "measured segments of nerf-mlp on %lld rays (rank 0):\n%s",
+    bench::progress(rank, "nerf", "measured segments of nerf-mlp on %lld rays (rank 0):\n%s",
              static_cast<long long>(options.rays), plan.text.c_str());
     std::vector<std::string> budget_chosen;
     for (size_t i = 0; i < infos.size(); ++i)
@@ -265,14 +242,16 @@ int run_nerf_bench(const NerfBenchOptions& options) {
     const std::vector<std::pair<std::string, std::vector<std::string>>> policies = {
         {"none", {}}, {"segments", model->segment_names()}, {"budget", budget_chosen}};
     for (const auto& [policy, chosen] : policies) {
-      progress(rank, "checkpoint %s: %zu segment(s), %d + 1 steps of %lld rays", policy.c_str(),
+      bench::progress(rank, "nerf", "checkpoint %s: %zu segment(s), %d + 1 steps of %lld rays", policy.c_str(),
                chosen.size(), options.repeats, static_cast<long long>(options.rays));
       model->set_checkpointed_segments(chosen);
-      const StepMeasurement m = measure_steps(world, *model, batch, 1, options.repeats, device);
+      const StepMeasurement m =
+          measure_steps(world, *model, batch, 1, options.repeats, device, options.precision);
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"checkpoint\",\"model\":\"mlp\",\"policy\":\"%s\","
-                    "\"checkpointed\":%zu,\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
-                    policy.c_str(), chosen.size(), static_cast<long long>(options.rays),
+                    "\"precision\":\"%s\",\"checkpointed\":%zu,\"rays\":%lld,\"peak_bytes\":%lld,"
+                    "\"step_s\":%.4f}\n",
+                    policy.c_str(), precision, chosen.size(), static_cast<long long>(options.rays),
                     static_cast<long long>(m.peak), m.seconds);
         std::fflush(stdout);
       }
@@ -282,13 +261,14 @@ int run_nerf_bench(const NerfBenchOptions& options) {
 
   if (has(cases, "accumulate")) {
     for (int64_t k : {1, 2, 4, 8}) {
-      progress(rank, "accumulate k=%lld: %d + 1 steps of %lld rays", static_cast<long long>(k),
+      bench::progress(rank, "nerf", "accumulate k=%lld: %d + 1 steps of %lld rays", static_cast<long long>(k),
                options.repeats, static_cast<long long>(options.rays));
-      const StepMeasurement m = measure_steps(world, *model, batch, k, options.repeats, device);
+      const StepMeasurement m =
+          measure_steps(world, *model, batch, k, options.repeats, device, options.precision);
       if (rank == 0) {
-        std::printf("{\"bench\":\"nerf\",\"case\":\"accumulate\",\"model\":\"mlp\",\"k\":%lld,"
-                    "\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
-                    static_cast<long long>(k), static_cast<long long>(options.rays),
+        std::printf("{\"bench\":\"nerf\",\"case\":\"accumulate\",\"model\":\"mlp\",\"precision\":\"%s\","
+                    "\"k\":%lld,\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
+                    precision, static_cast<long long>(k), static_cast<long long>(options.rays),
                     static_cast<long long>(m.peak), m.seconds);
         std::fflush(stdout);
       }
@@ -334,6 +314,12 @@ std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& benc
   sub->add_option("--repeats", o->repeats, "Checkpoint / accumulate: timed steps per case (median), after one warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  sub->add_option("--precision", o->precision,
+                  "fp32, bf16 or fp16: the Trainer's train.precision for the throughput case and "
+                  "autocast around the fixed-batch forward passes (bf16 and fp16 need CUDA; fp16 "
+                  "steps use the loss scaler); every JSON line carries it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   sub->add_option("--seed", o->seed, "Seed of the scene, the models and the batches")->capture_default_str();
   return {sub, [o] { return run_nerf_bench(*o); }};
 }

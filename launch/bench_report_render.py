@@ -281,24 +281,86 @@ def section_kernels(raw, cmds):
     return "\n".join(out)
 
 
-def section_gaussians(raw, cmds):
-    out = ["## Gaussian splatting (`tessera bench gaussians`)", ""]
-    c = next((c for c in cmds if c["label"] == "gaussians"), None)
-    if c is None:
+def section_gaussians(raw, cmds, plots, doc_dir, meta):
+    out = ["## Gaussian splatting: memory and time per rank (`tessera bench gaussians`)", ""]
+    labels = [c for c in cmds if c["label"].startswith("gaussians")]
+    if not labels:
         out.append("Not run (left out with `--only`).")
-    elif c["rc"] == "absent":
-        out.append("Skipped: this build has no `tessera bench gaussians` yet (issue #7). `launch/bench-report` "
-                   "runs it as soon as `tessera bench --help` lists it, and its JSON lines appear here as a table.")
-    else:
-        rows = read_jsonl(os.path.join(raw, c["out"]))
-        if not rows:
-            out.append("No results." + status_note(cmds, "gaussians"))
-        else:
-            keys = []
-            for r in rows:
-                keys += [k for k in r if k not in keys]
-            out.append(table(keys, [[fmt(r[k]) if isinstance(r.get(k), float) else r.get(k, "") for k in keys]
-                                    for r in rows]) + status_note(cmds, "gaussians"))
+        return "\n".join(out)
+    if any(c["rc"] == "absent" for c in labels):
+        out.append("Skipped: this build has no `tessera bench gaussians`.")
+        return "\n".join(out)
+    rows = []
+    for c in labels:
+        rows += [r for r in read_jsonl(os.path.join(raw, c["out"])) if r.get("bench") == "gaussians"]
+    cpus = int(meta.get("cpus", "0") or 0)
+    out += ["The sharded 3DGS trainer at a fixed count of Gaussians (random in the scene bounds, no "
+            "densification, so the count stays exact), the same scene and views at 1, 2 and 4 ranks "
+            "(`mpirun -np N`). Step = median over the timed steps of the slowest rank's wall time. "
+            "Peak = the largest per-rank peak of the counting CPU allocator from the trainer's "
+            "construction on (the initial set, which every rank builds whole before keeping its "
+            "shard, then parameters, Adam state, gradients and activations); steady = the same over "
+            "the training steps only, the part that falls as 1/N. Ratios against 1 rank at the same "
+            "count in the same run."
+            + (f" This machine has {cpus} CPUs, so 4 ranks are oversubscribed: step times measure "
+               "overhead, not added hardware." if cpus and cpus < 4 else ""),
+            ""]
+    if not rows:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    by_count = {}
+    for r in rows:
+        by_count.setdefault(r["count"], {})[r["ranks"]] = r
+    trs = []
+    for count in sorted(by_count):
+        base = by_count[count].get(1)
+        for n in sorted(by_count[count]):
+            r = by_count[count][n]
+            steady = r.get("steady_peak_bytes_per_rank")
+            trs.append([f"{count:,}", n, f"{r.get('max_gaussians_per_rank', count // n):,}",
+                        fmt(r["step_s"]), ratio(r["step_s"], base and base["step_s"]),
+                        fmt(r["gaussians_per_s"]),
+                        fmt(r["peak_bytes_per_rank"] / MIB),
+                        ratio(r["peak_bytes_per_rank"], base and base["peak_bytes_per_rank"]),
+                        fmt(steady / MIB) if steady else "—",
+                        ratio(steady, base and base.get("steady_peak_bytes_per_rank")),
+                        fmt(r.get("init_s"))])
+    out.append(table(["Gaussians", "ranks", "per rank (max)", "step (s)", "time vs 1 rank",
+                      "Gaussians/s", "peak/rank (MiB)", "peak vs 1 rank", "steady/rank (MiB)",
+                      "steady vs 1 rank", "init (s)"], trs))
+    out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
+    settings = rows[0]
+    out += ["", f"Scene {settings.get('size', '?')}×{settings.get('size', '?')}, "
+            f"{settings.get('views_per_step', '?')} view(s) per step, SH degree {settings.get('sh_degree', '?')}, "
+            f"{settings.get('steps', '?')} timed step(s), {settings.get('device', 'cpu')}."]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    per_rank = lambda r: r.get("max_gaussians_per_rank", r["count"] // r["ranks"])  # noqa: E731
+    for key, label, marker, offset in (("peak_bytes_per_rank", "peak (with construction)", "o", (6, -10)),
+                                       ("steady_peak_bytes_per_rank", "steady (training steps)", "s", (6, 3))):
+        pts = sorted((per_rank(r), r[key] / MIB, r["ranks"], r["count"]) for r in rows if r.get(key))
+        if not pts:
+            continue
+        line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, ls="", label=label)[0]
+        for x, y, n, count in pts:
+            ax.annotate(f"{n} rank{'s' if n > 1 else ''}, {count:,}", (x, y), textcoords="offset points",
+                        xytext=offset, fontsize=6.5, color=line.get_color())
+    steady_pts = [(per_rank(r), r["steady_peak_bytes_per_rank"]) for r in rows if r.get("steady_peak_bytes_per_rank")]
+    if steady_pts:
+        per_gaussian = sorted(b / x for x, b in steady_pts)[len(steady_pts) // 2]
+        xs = [min(x for x, _ in steady_pts), max(x for x, _ in steady_pts)]
+        ax.plot(xs, [x * per_gaussian / MIB for x in xs], ls=":", color="gray", lw=0.8,
+                label=f"{per_gaussian:,.0f} bytes × Gaussians per rank")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Gaussians per rank (largest shard)")
+    ax.set_ylabel("peak memory per rank (MiB)")
+    ax.set_title("3DGS: Gaussians per rank vs peak memory per rank")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(plots, "gaussians_memory.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out += ["", f"![Gaussians per rank vs memory]({os.path.relpath(path, doc_dir)})"]
     return "\n".join(out)
 
 
@@ -326,13 +388,15 @@ launch/gpu-check $OUT
   `TESSERA_PYTHON` = the preinstalled python with torch, `TESSERA_CUDA=ON`, every Debian dependency
   checked to come from the prefix), `build` (all cores; `tessera` and only the test binaries with
   CUDA cases), `tests` (`ctest -L cuda`, then the CUDA-vs-CPU cases of the other test binaries, e.g.
-  `test_checkpoint`'s), `bench` (`tessera bench nerf` on CUDA: throughput, peak memory with and without
-  checkpointing from the caching allocator, accumulation).
-- Precision: `tessera bench nerf` has no precision option yet, so the GPU run measures fp32; the
-  script runs fp32, bf16 and fp16 as soon as the bench has `--precision`. `tessera bench gaussians`
-  is hooked the same way. The kernel Google Benchmarks are CPU-only.
+  `test_checkpoint`'s), `bench` (`tessera bench nerf --precision fp32|bf16|fp16` on CUDA:
+  throughput, peak memory with and without checkpointing from the caching allocator,
+  accumulation; every JSON line carries its precision), `bench-gaussians-1m` and
+  `bench-gaussians-10m` (`tessera bench gaussians --device cuda` at 1M and 10M Gaussians: step
+  time and caching-allocator peak). Each bench step runs even when an earlier one failed. The
+  kernel Google Benchmarks are CPU-only.
 - `OUT_DIR` gets at most the 8 files the device tool brings back: `summary.md`, `summary.json`,
-  `bench-nerf-cuda.jsonl`, `ctest-cuda.xml` and `details.tar.gz` (every step's log). Exit 0 when
+  `bench-nerf-cuda.jsonl`, `bench-gaussians-cuda.jsonl`, `ctest-cuda.xml` and `details.tar.gz`
+  (every step's log). Exit 0 when
   every step passed, 1 when one failed, 2 on bad arguments or missing .debs.
 - `--dry-run` does `env`, `debs`, `unpack` (into a temporary prefix) and `configure` here, then stops
   with a message before `build`. `launch/bench-report --gpu-results OUT_DIR` puts a GPU run's summary
@@ -362,7 +426,7 @@ def main():
     if quick:
         doc += ["> **Quick variant** (`--quick`): fewer repeats and smaller sizes (a 32×32 scene, 512-ray "
                 "training steps, 256-ray fixed batches, one timed repeat, 16 MiB largest allreduce, 0.05 s "
-                "per kernel benchmark). Good for spotting regressions, noisy as absolute numbers. Run "
+                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run). Good for spotting regressions, noisy as absolute numbers. Run "
                 "`launch/bench-report` without `--quick` for the full variant.", ""]
     load = f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end"
     doc += ["## Machine and build", "",
@@ -393,7 +457,7 @@ def main():
     if "kernel" in sections:
         doc += [section_kernels(a.raw, cmds), ""]
     if "gaussians" in sections:
-        doc += [section_gaussians(a.raw, cmds), ""]
+        doc += [section_gaussians(a.raw, cmds, a.plots, doc_dir, meta), ""]
     doc += ["## Commands", "",
             "Run from the repository root, in this order (`mpirun` flags from `launch/common.sh`); seconds "
             "are wall time.", "",

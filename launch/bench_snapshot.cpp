@@ -13,6 +13,7 @@
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "framework/snapshot.h"
+#include "launch/bench_util.h"
 #include "launch/commands.h"
 
 namespace tessera::launch {
@@ -30,11 +31,6 @@ const std::vector<std::pair<std::string, std::vector<int64_t>>> kFields = {
     {"means", {3}}, {"scales", {3}}, {"quats", {4}}, {"opacities", {}}, {"sh_dc", {1, 3}},
     {"sh_rest", {15, 3}}};
 
-double max_over_ranks(double value) {
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  return out;
-}
 
 int run_snapshot_bench(const SnapshotBenchOptions& o) {
   distributed::ProcessContext context(nullptr, nullptr, 600.0);
@@ -74,7 +70,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
         }
         writer.commit();
       }
-      writes.push_back(max_over_ranks(
+      writes.push_back(bench::max_over_ranks(MPI_COMM_WORLD,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
       bytes = static_cast<int64_t>(std::filesystem::file_size(path));
       // Each rank reads back its own rows (a resume at the same world size), checksums verified
@@ -89,7 +85,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
           reader.read_rows(snapshot_optimizer(name, "exp_avg_sq"), begin, rows);
         }
       }
-      reads.push_back(max_over_ranks(
+      reads.push_back(bench::max_over_ranks(MPI_COMM_WORLD,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     }
     double validate_s = 0;

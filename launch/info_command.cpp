@@ -1,5 +1,6 @@
 // `tessera info FILE.h5`: a readable summary of a Tessera file: a tessera-scene dataset (cameras
-// per split, image sizes, intrinsics, bounds, alpha, points) or a snapshot (step, model, config).
+// per split, image sizes, intrinsics, bounds, alpha, points) or a snapshot (step, model, Gaussian
+// count, config).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -56,6 +57,15 @@ void print_snapshot(const std::string& path, std::ostream& out) {
   out << path << ": " << kSnapshotFormat << " version " << kSnapshotVersion << "\n";
   line("step:", std::to_string(m.step));
   line("model:", m.model);
+  if (m.model == "gaussians" && reader.has("params/means")) {
+    // A 3DGS run: one row per Gaussian in every per-Gaussian dataset (docs/formats.md).
+    std::string sh;
+    if (reader.has("state/sh_degree"))
+      sh = ", SH degree " + std::to_string(reader.read("state/sh_degree").item<int64_t>()) +
+           " at the next step";
+    line("gaussians:", std::to_string(reader.shape("params/means").at(0)) + sh +
+                           " (`tessera export` writes them as .ply)");
+  }
   line("world size:", std::to_string(m.world_size) + " rank(s) wrote it");
   line("written by:", m.tessera_version.empty() ? "(not recorded)" : "tessera " + m.tessera_version);
   line("dataset:", "fingerprint " + m.dataset_fingerprint);

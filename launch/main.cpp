@@ -46,6 +46,7 @@ int run(int argc, char** argv) {
       tessera::launch::add_info_command(app),
       tessera::launch::add_eval_command(app),
       tessera::launch::add_render_command(app),
+      tessera::launch::add_export_command(app),
       tessera::launch::add_bench_command(app),
       tessera::launch::add_config_reference_command(app),
   };

@@ -12,6 +12,17 @@
 
 namespace tessera::launch {
 
+SamplingScheduleOptions sampling_options(const Config& config) {
+  SamplingScheduleOptions o;
+  o.name = config.sampling.schedule;
+  o.rate_max = config.sampling.rate_max;
+  o.rate_min = config.sampling.rate_min;
+  o.total_steps = config.train.steps;
+  o.step_every = config.sampling.step_every;
+  o.step_factor = config.sampling.step_factor;
+  return o;
+}
+
 TrainerOptions trainer_options(const Config& config) {
   TrainerOptions o;
   o.steps = config.train.steps;
@@ -23,12 +34,7 @@ TrainerOptions trainer_options(const Config& config) {
   o.lr.final_lr = config.train.final_lr;
   o.lr.total_steps = config.train.steps;
   o.lr.warmup_steps = config.train.warmup_steps;
-  o.sampling.name = config.sampling.schedule;
-  o.sampling.rate_max = config.sampling.rate_max;
-  o.sampling.rate_min = config.sampling.rate_min;
-  o.sampling.total_steps = config.train.steps;
-  o.sampling.step_every = config.sampling.step_every;
-  o.sampling.step_factor = config.sampling.step_factor;
+  o.sampling = sampling_options(config);
   o.rescale_lr = config.sampling.rescale_lr;
   o.precision = config.train.precision;
   o.log_every = config.train.log_every;

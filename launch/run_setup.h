@@ -18,6 +18,8 @@ namespace tessera::launch {
 // The Trainer's options from the resolved config. The schedules check their own combinations
 // (e.g. rate_min <= rate_max) when built.
 TrainerOptions trainer_options(const Config& config);
+// The [sampling] schedule (rays per epoch for NeRF, views per epoch for `gaussians`).
+SamplingScheduleOptions sampling_options(const Config& config);
 
 // A run restored from a snapshot for eval and render: the snapshot's own config (with
 // `overrides` applied, e.g. data.path when the dataset moved), on every rank.

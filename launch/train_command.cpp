@@ -16,6 +16,7 @@
 #include "framework/model.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
+#include "framework/trainer_run.h"
 #include "launch/commands.h"
 #include "launch/run_setup.h"
 #include "launch/train_gaussians.h"
@@ -93,6 +94,28 @@ void apply_checkpoint_policy(const Config& config, Model& model, Trainer& traine
   if (!plan.fits) spdlog::warn("activation checkpointing: the budget cannot be met (see the plan)");
 }
 
+// The snapshot a run resumes from: `resume` itself, or for "auto" the newest snapshot in
+// `snapshot_dir` that validates (damaged newer ones skipped with a warning); "" = start at step
+// 0. Every rank looks; they must pick the same file (checked). Shared by NeRF and 3DGS runs.
+std::string resolve_resume(const std::string& resume, const std::string& snapshot_dir,
+                           distributed::ProcessContext& context) {
+  if (resume != "auto") return resume;
+  const auto found = find_latest_snapshot(snapshot_dir, [&](const std::string& message) {
+    spdlog::warn("--resume auto: skipping {}", message);
+    if (context.rank() == 0) std::cerr << "warning: --resume auto: skipping " << message << "\n";
+  });
+  const std::string path = found.value_or("");
+  if (path.empty()) {
+    spdlog::info("--resume auto: no snapshot in {}; starting at step 0", snapshot_dir);
+    if (context.rank() == 0)
+      std::cerr << "--resume auto: no snapshot in " << snapshot_dir << "; starting at step 0\n";
+  }
+  distributed::check_same_on_all_ranks(context, distributed::fingerprint(path),
+                                       "the snapshot chosen by --resume auto (is " + snapshot_dir +
+                                       " on a filesystem all ranks share?)");
+  return path;
+}
+
 int run_train(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (!options.log_level.empty()) overrides.push_back("run.log_level=" + options.log_level);
@@ -108,8 +131,6 @@ int run_train(const TrainOptions& options) {
   models::register_builtin_models(registry);
   const bool gaussians = config.model.name == kGaussiansModel;
   if (!gaussians) registry.require(config.model.name, config.source_path);
-  if (gaussians && !options.resume.empty())
-    throw UserError("--resume: snapshots of `gaussians` runs are not implemented yet");
   if (config.data.path.empty())
     throw UserError(config.source_path + ": data.path is empty; make a dataset with `tessera "
                     "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
@@ -117,7 +138,7 @@ int run_train(const TrainOptions& options) {
   TrainerOptions trainer = trainer_options(config);
   trainer.config_toml = resolved;
   trainer.stop_after = options.until;
-  const std::string snapshot_dir = (std::filesystem::path(config.run.out_dir) / "snapshots").string();
+  const std::string snapshot_dir = run_snapshot_dir(config.run.out_dir);
   if (!options.resume.empty() && options.resume != "auto") {
     // Format and root attributes only: load_snapshot verifies each dataset's checksum as it
     // reads it, so the file is read once, not twice.
@@ -148,7 +169,14 @@ int run_train(const TrainOptions& options) {
                                    ? torch::Device(torch::kCUDA, context.cuda_device_index())
                                    : torch::Device(torch::kCPU);
   auto comm = distributed::make_communicator(context, config.distributed.backend, device);
-  if (gaussians) return run_gaussian_train(config, context, *comm, scene);
+  const std::string resume_path = resolve_resume(options.resume, snapshot_dir, context);
+  if (gaussians) {
+    GaussianRunOptions run;
+    run.config_toml = resolved;
+    run.resume = resume_path;
+    run.until = options.until;
+    return run_gaussian_train(config, run, context, *comm, scene);
+  }
   ModelContext model_context;
   model_context.scene_bounds = scene.meta().scene_bounds;
   model_context.near = scene.meta().near;
@@ -160,23 +188,6 @@ int run_train(const TrainOptions& options) {
 
   Trainer trainer_loop(context, *comm, *model, scene, trainer);
   apply_checkpoint_policy(config, *model, trainer_loop, *comm, device);
-  std::string resume_path = options.resume;
-  if (resume_path == "auto") {
-    // Every rank looks; they agree because they see the same files (checked below).
-    const auto found = find_latest_snapshot(snapshot_dir, [&](const std::string& message) {
-      spdlog::warn("--resume auto: skipping {}", message);
-      if (context.rank() == 0) std::cerr << "warning: --resume auto: skipping " << message << "\n";
-    });
-    resume_path = found.value_or("");
-    if (resume_path.empty()) {
-      spdlog::info("--resume auto: no snapshot in {}; starting at step 0", snapshot_dir);
-      if (context.rank() == 0)
-        std::cerr << "--resume auto: no snapshot in " << snapshot_dir << "; starting at step 0\n";
-    }
-    distributed::check_same_on_all_ranks(context, distributed::fingerprint(resume_path),
-                                         "the snapshot chosen by --resume auto (is " + snapshot_dir +
-                                         " on a filesystem all ranks share?)");
-  }
   if (!resume_path.empty()) {
     trainer_loop.load_snapshot(resume_path);
     if (context.rank() == 0)

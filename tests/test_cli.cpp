@@ -25,12 +25,11 @@ namespace fs = std::filesystem;
 using test::lines_of;
 using test::read_file;
 using test::remove_tree;
+using test::CommandResult;
+using test::contains;
+using test::describe;
+using test::quote;
 
-struct CommandResult {
-  int exit_code = -1;  // the exit status; 128 + signal when killed by a signal
-  std::string out;     // stdout
-  std::string err;     // stderr
-};
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -38,16 +37,7 @@ void write_file(const std::string& path, const std::string& text) {
   ASSERT_TRUE(out.good()) << "cannot write " << path;
 }
 
-// Single-quotes `text` for /bin/sh.
-std::string quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 // Parses one flat JSON object of string and number values: {"a":"x","b":1.5e-3}. Returns false
 // on anything else.
@@ -134,27 +124,8 @@ class CliTest : public testing::Test {
 
   // Runs `command` with /bin/sh; stdout and stderr are captured separately.
   CommandResult run_shell(const std::string& command) {
-    const std::string out_path = temp_path("stdout.txt"), err_path = temp_path("stderr.txt");
-    const std::string full =
-        "( " + command + " ) >" + quote(out_path) + " 2>" + quote(err_path) + " </dev/null";
-    CommandResult result;
-    FILE* pipe = popen(full.c_str(), "r");
-    if (!pipe) {
-      ADD_FAILURE() << "popen failed: " << full;
-      return result;
-    }
-    const int status = pclose(pipe);
-    if (status == -1) {
-      ADD_FAILURE() << "pclose failed: " << full;
-    } else if (WIFEXITED(status)) {
-      result.exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-      result.exit_code = 128 + WTERMSIG(status);
-    }
-    result.out = read_file(out_path);
-    result.err = read_file(err_path);
-    fs::remove(out_path);
-    fs::remove(err_path);
+    const CommandResult result = test::run_shell(command, temp_dir_);
+    if (result.exit_code < 0) ADD_FAILURE() << "could not run: " << command;
     return result;
   }
 
@@ -187,10 +158,6 @@ class CliTest : public testing::Test {
   std::string binary_, mpiexec_, source_dir_, demo_config_, temp_dir_;
 };
 
-std::string describe(const CommandResult& r) {
-  return "exit code " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out +
-         "--- stderr ---\n" + r.err;
-}
 
 // ---- --version and help ----------------------------------------------------------------------
 

@@ -299,6 +299,46 @@ TEST(GaussianInit, FromPointsAndRandom) {
   }
 }
 
+// Each rank builds only its slice of the initial set (from points, at random, or from a PLY):
+// the slices of 3 parts, concatenated, are the whole set bit for bit.
+TEST(GaussianInit, SlicesConcatenateToTheWholeSet) {
+  torch::manual_seed(21);
+  const torch::Tensor xyz = torch::rand({301, 3});
+  const torch::Tensor rgb = torch::randint(0, 256, {301, 3}).to(torch::kUInt8);
+  gs::InitOptions random;
+  random.random_count = 202;
+  random.seed = 9;
+  TempDir dir;
+  gs::write_ply(dir.file("whole.ply"), random_params(257, 3));
+  for (int source = 0; source < 3; ++source) {
+    auto build = [&](int64_t part, int64_t parts, int64_t* total) {
+      gs::InitOptions o = source == 1 ? random : gs::InitOptions{};
+      o.part = part;
+      o.parts = parts;
+      if (source == 2) return gs::read_ply(dir.file("whole.ply"), torch::kCPU, part, parts, total);
+      return source == 0 ? gs::init_from_points(xyz, rgb, {0, 0, 0, 1, 1, 1}, o, torch::kCPU, total)
+                         : gs::init_from_points({}, {}, {-1, -1, -1, 1, 1, 1}, o, torch::kCPU, total);
+    };
+    int64_t whole_n = 0;
+    const gs::GaussianParams whole = build(0, 1, &whole_n);
+    EXPECT_EQ(whole_n, whole.size());
+    std::vector<gs::GaussianParams> parts;
+    for (int64_t part = 0; part < 3; ++part) {
+      int64_t n = -1;
+      parts.push_back(build(part, 3, &n));
+      EXPECT_EQ(n, whole_n) << source;
+      EXPECT_EQ(parts.back().size(), gs::even_slice(whole_n, part, 3).second -
+                                         gs::even_slice(whole_n, part, 3).first);
+    }
+    for (size_t f = 0; f < 6; ++f) {
+      std::vector<torch::Tensor> pieces;
+      for (const auto& p : parts) pieces.push_back(p.fields()[f]->detach());
+      EXPECT_TRUE(bitwise_equal(torch::cat(pieces), whole.fields()[f]->detach()))
+          << "source " << source << ", " << gs::kGroupNames[f];
+    }
+  }
+}
+
 TEST(GaussianParamsTest, LearningRates) {
   gs::LearningRates lr;
   EXPECT_DOUBLE_EQ(gs::means_learning_rate(lr, 2.0, 0), 3.2e-4);

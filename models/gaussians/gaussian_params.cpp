@@ -153,15 +153,23 @@ double scene_extent(const std::vector<data::Camera>& cameras) {
   return kInriaExtentMargin * std::max(radius, kMinExtent);
 }
 
-KnnResult knn(const torch::Tensor& points, int k) {
+std::pair<int64_t, int64_t> even_slice(int64_t n, int64_t part, int64_t parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw std::invalid_argument("even_slice: need 0 <= part < parts");
+  return {n * part / parts, n * (part + 1) / parts};
+}
+
+KnnResult knn(const torch::Tensor& points, int k, int64_t first, int64_t count) {
   if (!points.defined() || points.dim() != 2 || points.size(1) != 3)
     throw std::invalid_argument("knn: points must be [N, 3]");
   if (k < 1) throw std::invalid_argument("knn: k must be >= 1");
   const torch::Tensor pts = points.to(torch::kCPU, torch::kFloat32).contiguous();
   const int64_t n = pts.size(0);
-  KnnResult out{torch::full({n, k}, std::numeric_limits<double>::infinity(), torch::kFloat64),
-                torch::full({n, k}, -1, torch::kInt64)};
-  if (n == 0) return out;
+  if (count < 0) count = n - first;
+  if (first < 0 || first + count > n) throw std::invalid_argument("knn: query range out of bounds");
+  KnnResult out{torch::full({count, k}, std::numeric_limits<double>::infinity(), torch::kFloat64),
+                torch::full({count, k}, -1, torch::kInt64)};
+  if (n == 0 || count == 0) return out;
   const float* p = pts.data_ptr<float>();
 
   double lo[3], hi[3];
@@ -208,7 +216,7 @@ KnnResult knn(const torch::Tensor& points, int k) {
 
   double* out_d = out.dist2.data_ptr<double>();
   int64_t* out_i = out.indices.data_ptr<int64_t>();
-  at::parallel_for(0, n, kKnnGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(first, first + count, kKnnGrain, [&](int64_t begin, int64_t end) {
     std::vector<double> best_d(k);
     std::vector<int64_t> best_i(k);
     for (int64_t i = begin; i < end; ++i) {
@@ -268,8 +276,8 @@ KnnResult knn(const torch::Tensor& points, int k) {
         if (found == k && best_d[k - 1] <= bound * bound) break;
       }
       for (int s = 0; s < found; ++s) {
-        out_d[i * k + s] = best_d[s];
-        out_i[i * k + s] = best_i[s];
+        out_d[(i - first) * k + s] = best_d[s];
+        out_i[(i - first) * k + s] = best_i[s];
       }
     }
   });
@@ -278,7 +286,7 @@ KnnResult knn(const torch::Tensor& points, int k) {
 
 GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& rgb,
                                 const std::array<double, 6>& bounds, const InitOptions& options,
-                                torch::Device device) {
+                                torch::Device device, int64_t* total) {
   torch::Tensor means, colours;
   if (xyz.defined() && xyz.numel() > 0) {
     if (xyz.dim() != 2 || xyz.size(1) != 3 || !rgb.defined() || rgb.sizes() != xyz.sizes())
@@ -302,8 +310,12 @@ GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& r
             {options.seed, kPurposeInitColour, static_cast<uint64_t>(i), static_cast<uint64_t>(a)})));
       }
   }
-  const int64_t n = means.size(0);
-  const KnnResult nn = knn(means, kInitNeighbours);
+  const auto [first, last] = even_slice(means.size(0), options.part, options.parts);
+  if (total != nullptr) *total = means.size(0);
+  const int64_t n = last - first;
+  const KnnResult nn = knn(means, kInitNeighbours, first, n);
+  means = means.slice(0, first, last);
+  colours = colours.slice(0, first, last);
   // Mean over the neighbours that exist (fewer than 3 only when N <= 3); none: the floor.
   const torch::Tensor finite = torch::isfinite(nn.dist2);
   const torch::Tensor count = finite.sum(1).clamp_min(1).to(torch::kFloat64);
@@ -322,13 +334,13 @@ GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& r
 }
 
 GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,
-                               torch::Device device) {
+                               torch::Device device, int64_t* total) {
   torch::Tensor xyz, rgb;
-  if (scene.has_points()) {
+  if (scene.has_points() && !options.ignore_points) {
     xyz = scene.read_points_xyz();
     rgb = scene.read_points_rgb();
   }
-  return init_from_points(xyz, rgb, scene.meta().scene_bounds, options, device);
+  return init_from_points(xyz, rgb, scene.meta().scene_bounds, options, device, total);
 }
 
 }  // namespace tessera::models::gaussians

@@ -101,12 +101,24 @@ struct KnnResult {
   torch::Tensor dist2;    // [N, k] float64 squared distances, ascending; +inf where N - 1 < k
   torch::Tensor indices;  // [N, k] int64, -1 where N - 1 < k
 };
+// With a query range, only points [first, first + count) are looked up (count < 0: to the end)
+// among all of them, and the result has `count` rows.
 KnnResult knn(const torch::Tensor& points,  // [N, 3] float32, CPU
-              int k);
+              int k, int64_t first = 0, int64_t count = -1);
+
+// Rows [part N / parts, (part + 1) N / parts) of N: the even slice of part `part`.
+std::pair<int64_t, int64_t> even_slice(int64_t n, int64_t part, int64_t parts);
 
 struct InitOptions {
-  int64_t random_count = 100000;  // Gaussians drawn when there are no points
+  int64_t random_count = 100000;  // Gaussians drawn when there are no points (or ignore_points)
+  // Draw random_count Gaussians in the scene bounds even when the scene has points: benchmarks,
+  // which need an exact count whatever the scene holds.
+  bool ignore_points = false;
   uint64_t seed = 0;
+  // Build only the even slice `part` of `parts` of the set (each rank its own share, so that no
+  // rank holds the whole set; the neighbour search still sees every point). Rows are the same
+  // as those of the whole set.
+  int64_t part = 0, parts = 1;
 };
 
 // From points: means = points, sh_dc = (rgb / 255 - 0.5) / C0, sh_rest = 0,
@@ -116,10 +128,12 @@ struct InitOptions {
 GaussianParams init_from_points(const torch::Tensor& xyz,  // [P, 3] float32
                                 const torch::Tensor& rgb,  // [P, 3] uint8
                                 const std::array<double, 6>& bounds,  // xmin..zmax
-                                const InitOptions& options, torch::Device device = torch::kCPU);
-// The scene's points (SceneReader) or, without any, random init in meta().scene_bounds.
+                                const InitOptions& options, torch::Device device = torch::kCPU,
+                                int64_t* total = nullptr);  // receives N, the whole set's size
+// The scene's points (SceneReader) or, without any (or with options.ignore_points), random init
+// in meta().scene_bounds.
 GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,
-                               torch::Device device = torch::kCPU);
+                               torch::Device device = torch::kCPU, int64_t* total = nullptr);
 
 // Counter-based randomness shared by init and densify: pure functions of their arguments.
 uint64_t hash_values(std::initializer_list<uint64_t> values);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "distributed/errors.h"
 #include "models/gaussians/gaussian_render.h"
 #include "models/gaussians/ply.h"
 
@@ -14,6 +15,12 @@ namespace {
 
 constexpr uint64_t kPurposeViewOrder = 0x766965776f7264ull;  // "vieword"
 constexpr size_t kFields = 6;
+
+SamplingScheduleOptions view_sampling(const GaussianTrainerOptions& options) {
+  SamplingScheduleOptions s = options.sampling;
+  if (s.total_steps <= 1) s.total_steps = std::max<int64_t>(1, options.steps);
+  return s;
+}
 
 // Adam's per-parameter state, or nullptr before the first step.
 torch::optim::AdamParamState* adam_state(torch::optim::Adam& optimizer, const torch::Tensor& p) {
@@ -26,9 +33,15 @@ torch::optim::AdamParamState* adam_state(torch::optim::Adam& optimizer, const to
 
 GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::SceneReader& scene,
                                  const GaussianTrainerOptions& options)
-    : comm_(comm), scene_(scene), options_(options) {
+    : comm_(comm), scene_(scene), options_(options), sampling_(view_sampling(options)) {
   if (options_.views_per_step < 1)
     throw std::invalid_argument("GaussianTrainer: views_per_step must be >= 1");
+  if (options_.views_per_pass < 0)
+    throw std::invalid_argument("GaussianTrainer: views_per_pass must be >= 0");
+  if (!(options_.resolution_scale >= 1.0) || options_.num_downscales < 0 ||
+      options_.num_downscales > 8 || options_.resolution_schedule < 1)
+    throw std::invalid_argument("GaussianTrainer: need resolution_scale >= 1, num_downscales in "
+                                "[0, 8] and resolution_schedule >= 1");
   if (options_.max_sh_degree < 0 || options_.max_sh_degree > kMaxShDegree)
     throw std::invalid_argument("GaussianTrainer: max_sh_degree must be in [0, 3]");
   for (size_t i : scene.indices(data::Split::Train)) train_views_.push_back(static_cast<int64_t>(i));
@@ -42,13 +55,23 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
                                static_cast<float>(bg[2])},
                               torch::TensorOptions(torch::kFloat32).device(device));
 
-  // The full initial set on every rank (deterministic), global id = row; each rank keeps the
-  // slice [r N / size, (r + 1) N / size) and the forced rebalance moves it to Morton ownership.
-  const GaussianParams all = init_from_scene(scene, options_.init, device);
-  const int64_t n = all.size(), r = comm.rank(), size = comm.size();
-  const int64_t lo = n * r / size, hi = n * (r + 1) / size;
+  // Each rank builds only its even slice [r N / size, (r + 1) N / size) of the initial set
+  // (deterministic, global id = row; the neighbour search for the scales still sees all
+  // points), and the forced rebalance below moves the rows to Morton ownership.
+  const int64_t r = comm.rank(), size = comm.size();
+  int64_t n = 0;
+  InitOptions init = options_.init;
+  init.part = r;
+  init.parts = size;
+  const GaussianParams mine = options_.init_ply.empty()
+                                  ? init_from_scene(scene, init, device, &n)
+                                  : read_ply(options_.init_ply, device, r, size, &n);
+  if (n == 0)
+    throw UserError((options_.init_ply.empty() ? std::string("the scene") : options_.init_ply) +
+                    ": no Gaussians to start from");
+  const auto [lo, hi] = even_slice(n, r, size);
   std::vector<torch::Tensor> rows;
-  for (const torch::Tensor* f : all.fields()) rows.push_back(f->detach().slice(0, lo, hi));
+  for (const torch::Tensor* f : mine.fields()) rows.push_back(f->detach());
   ids_ = torch::arange(lo, hi, torch::TensorOptions(torch::kInt64).device(device));
   next_id_ = n;
   install_rows(rows, false);
@@ -122,28 +145,53 @@ distributed::RebalanceReport GaussianTrainer::rebalance(bool force) {
   return report;
 }
 
-std::vector<int64_t> GaussianTrainer::batch_views(int64_t t) const {
+GaussianTrainer::ViewEpoch GaussianTrainer::epoch_of(int64_t t) const {
+  if (t < 0) throw std::invalid_argument("GaussianTrainer: negative step");
   const int64_t n = static_cast<int64_t>(train_views_.size());
-  std::vector<int64_t> out;
-  int64_t cached_epoch = -1;
-  std::vector<int64_t> order;
-  for (int64_t j = 0; j < options_.views_per_step; ++j) {
-    const int64_t k = t * options_.views_per_step + j;  // position in the view sequence
-    const int64_t epoch = k / n;
-    if (epoch != cached_epoch) {
-      std::vector<std::pair<uint64_t, int64_t>> keyed;
-      for (int64_t i = 0; i < n; ++i)
-        keyed.emplace_back(hash_values({options_.seed, kPurposeViewOrder,
-                                        static_cast<uint64_t>(epoch), static_cast<uint64_t>(i)}),
-                           i);
-      std::sort(keyed.begin(), keyed.end());
-      order.clear();
-      for (const auto& kv : keyed) order.push_back(train_views_[kv.second]);
-      cached_epoch = epoch;
+  while (epochs_.empty() || epochs_.back().first_step + epochs_.back().steps <= t) {
+    ViewEpoch e;
+    if (!epochs_.empty()) {
+      e.index = epochs_.back().index + 1;
+      e.first_step = epochs_.back().first_step + epochs_.back().steps;
     }
-    out.push_back(order[k % n]);
+    e.rate = sampling_.at(e.first_step);
+    e.pool = std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(e.rate * n))));
+    e.steps = std::max<int64_t>(1, e.pool / options_.views_per_step);
+    epochs_.push_back(e);
+  }
+  const auto it = std::upper_bound(epochs_.begin(), epochs_.end(), t,
+                                   [](int64_t step, const ViewEpoch& e) { return step < e.first_step; });
+  return *(it - 1);
+}
+
+std::vector<int64_t> GaussianTrainer::batch_views(int64_t t) const {
+  const ViewEpoch e = epoch_of(t);
+  const int64_t n = static_cast<int64_t>(train_views_.size());
+  std::vector<std::pair<uint64_t, int64_t>> keyed;
+  for (int64_t i = 0; i < n; ++i)
+    keyed.emplace_back(hash_values({options_.seed, kPurposeViewOrder,
+                                    static_cast<uint64_t>(e.index), static_cast<uint64_t>(i)}),
+                       i);
+  std::sort(keyed.begin(), keyed.end());
+  // Batch b of the epoch takes pool positions [b B, (b + 1) B), wrapping when the pool < B.
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < options_.views_per_step; ++j) {
+    const int64_t k = ((t - e.first_step) * options_.views_per_step + j) % e.pool;
+    out.push_back(train_views_[keyed[k].second]);
   }
   return out;
+}
+
+double GaussianTrainer::sampling_rate_at(int64_t t) const { return epoch_of(t).rate; }
+
+double GaussianTrainer::resolution_scale_at(int64_t t) const {
+  const int64_t halvings = std::max<int64_t>(
+      0, options_.num_downscales - std::max<int64_t>(0, t) / options_.resolution_schedule);
+  return options_.resolution_scale * static_cast<double>(int64_t{1} << halvings);
+}
+
+int64_t GaussianTrainer::estimate_view_bytes(int64_t local_gaussians, int64_t pixels) {
+  return kViewBytesPerGaussian * local_gaussians + kViewBytesPerPixel * pixels;
 }
 
 int GaussianTrainer::sh_degree_at(int64_t t) const {
@@ -152,15 +200,37 @@ int GaussianTrainer::sh_degree_at(int64_t t) const {
                                             (t + 1) / options_.sh_degree_interval));
 }
 
-torch::Tensor GaussianTrainer::target(int64_t camera_index) {
-  auto it = targets_.find(camera_index);
+torch::Tensor GaussianTrainer::target(int64_t camera_index, double scale) {
+  const auto key = std::make_pair(camera_index, scale);
+  auto it = targets_.find(key);
   if (it != targets_.end()) return it->second;
-  const RenderCamera cam = make_render_camera(scene_.cameras()[camera_index],
-                                              options_.resolution_scale);
+  const RenderCamera cam = make_render_camera(scene_.cameras()[camera_index], scale);
   torch::Tensor image = scene_.read_image_over_background(static_cast<size_t>(camera_index));
   image = resize_image(image, cam.width, cam.height).to(comm_.device());
-  if (options_.cache_targets) targets_[camera_index] = image;
+  if (options_.cache_targets) {
+    // Coarse-to-fine leaves a scale behind for good: drop the targets of other scales.
+    for (auto old = targets_.begin(); old != targets_.end();)
+      old = old->first.second != scale ? targets_.erase(old) : std::next(old);
+    targets_[key] = image;
+  }
   return image;
+}
+
+int64_t GaussianTrainer::views_per_pass_for(int64_t t, const std::vector<int64_t>& views) {
+  const int64_t b = static_cast<int64_t>(views.size());
+  if (options_.views_per_pass > 0) return std::min(options_.views_per_pass, b);
+  if (options_.memory_budget_bytes < 0) return b;
+  int64_t pixels = 0;  // the largest view of the batch at the step's scale
+  for (int64_t v : views) {
+    const RenderCamera cam = make_render_camera(scene_.cameras()[v], resolution_scale_at(t));
+    pixels = std::max(pixels, cam.width * cam.height);
+  }
+  const int64_t per_view = estimate_view_bytes(params_.size(), pixels);
+  torch::Tensor fits = torch::tensor(
+      {std::clamp<int64_t>(options_.memory_budget_bytes / std::max<int64_t>(1, per_view), 1, b)},
+      torch::kInt64).to(comm_.device());
+  comm_.allreduce(fits, distributed::ReduceOp::Min);
+  return fits.cpu().item<int64_t>();
 }
 
 void GaussianTrainer::set_learning_rates(int64_t s) {
@@ -177,32 +247,44 @@ GaussianStepResult GaussianTrainer::step(int64_t t) {
   GaussianStepResult result;
   result.views = batch_views(t);
   result.sh_degree = sh_degree_at(t);
+  result.resolution_scale = resolution_scale_at(t);
+  result.views_per_pass = views_per_pass_for(t, result.views);
   set_learning_rates(s);
   optimizer_->zero_grad();
 
-  Batch batch;
-  const std::vector<torch::Tensor> images = forward(result.views, result.sh_degree, true, &batch);
-  torch::Tensor loss;
-  for (size_t b = 0; b < images.size(); ++b) {
-    const torch::Tensor l =
-        photometric_loss(images[b], target(result.views[b]), options_.ssim_weight);
-    loss = loss.defined() ? loss + l : l;
+  // The batch loss is the mean over its views; each pass backpropagates its views' share
+  // (sum of its losses / B), so the gradients of the passes add up to the batch's. Every rank
+  // holds the same loss; L / size with the allreduce-sum backward gives each rank's pixels
+  // exactly the single-process gradient.
+  const int64_t b_count = static_cast<int64_t>(result.views.size());
+  const bool stats = accumulates_stats(options_.densify, s);
+  double loss_sum = 0;
+  for (int64_t first = 0; first < b_count; first += result.views_per_pass) {
+    const std::vector<int64_t> pass(
+        result.views.begin() + first,
+        result.views.begin() + std::min(b_count, first + result.views_per_pass));
+    Batch batch;
+    const std::vector<torch::Tensor> images =
+        forward(pass, result.sh_degree, result.resolution_scale, true, &batch);
+    torch::Tensor loss;
+    for (size_t b = 0; b < images.size(); ++b) {
+      const torch::Tensor l = photometric_loss(
+          images[b], target(pass[b], result.resolution_scale), options_.ssim_weight);
+      loss = loss.defined() ? loss + l : l;
+    }
+    loss_sum += loss.item<double>();
+    (loss / static_cast<double>(b_count * comm_.size())).backward();
+    if (stats) {
+      torch::NoGradGuard no_grad;
+      for (size_t b = 0; b < images.size(); ++b)
+        stats_.accumulate(batch.radii[b], batch.means2d[b].grad(), batch.widths[b],
+                          batch.heights[b]);
+    }
   }
-  loss = loss / static_cast<double>(images.size());
-  result.loss = loss.item<double>();
-  // Every rank holds the same loss; L / size with the allreduce-sum backward gives each rank's
-  // pixels exactly the single-process gradient.
-  (loss / static_cast<double>(comm_.size())).backward();
+  result.loss = loss_sum / static_cast<double>(b_count);
   optimizer_->step();
   ++adam_steps_;
 
-  if (accumulates_stats(options_.densify, s)) {
-    torch::NoGradGuard no_grad;
-    for (size_t b = 0; b < images.size(); ++b)
-      stats_.accumulate(batch.radii[b], batch.means2d[b].grad(), batch.widths[b],
-                        batch.heights[b]);
-  }
-  batch = Batch();
   if (densifies(options_.densify, s)) densify(s, result);
   if (resets_opacity(options_.densify, s)) {
     reset_opacity(params_, optimizer_.get(), options_.densify);
@@ -246,8 +328,8 @@ void GaussianTrainer::densify(int64_t s, GaussianStepResult& result) {
 
 torch::Tensor GaussianTrainer::render(int64_t camera_index) {
   torch::NoGradGuard no_grad;
-  return forward({camera_index}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0), false,
-                 nullptr)[0];
+  return forward({camera_index}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0),
+                 options_.resolution_scale, false, nullptr)[0];
 }
 
 int64_t GaussianTrainer::global_count() {

@@ -15,6 +15,7 @@
 #include "distributed/gaussian_sharding.h"
 #include "framework/data/scene.h"
 #include "framework/memory.h"
+#include "framework/schedule.h"
 #include "kernels/tile_binning.h"
 #include "models/gaussians/densify.h"
 #include "models/gaussians/gaussian_loss.h"
@@ -35,13 +36,27 @@ struct GaussianTrainerOptions {
   int64_t views_per_step = 1;  // train views per step (the view batch), drawn per epoch
   int64_t steps = 30000;       // planned steps (for callers' loops; step(t) accepts any t)
   uint64_t seed = 0;           // view order; the split samples use densify.seed
+  // Dynamic sampling: the fraction of the train views visited per epoch (batch_views). An epoch
+  // starting at step s reads rate r(s) once and visits the first ceil(r n) views of its
+  // permutation; total_steps is set from `steps` when left at 1.
+  SamplingScheduleOptions sampling;
   double resolution_scale = 1.0;  // >= 1: render and compare at round(W / it) x round(H / it)
+  // Coarse to fine (nerfstudio's splatfacto): step t trains at resolution_scale *
+  // 2^max(0, num_downscales - floor(t / resolution_schedule)); 0 downscales = always full.
+  int num_downscales = 0;
+  int64_t resolution_schedule = 3000;
+  // Views of a batch rendered and backpropagated together (one exchange each); the gradients of
+  // the passes add up to the batch's. 0: from memory_budget_bytes, or all views in one pass when
+  // there is no budget. The pass size is the minimum over ranks (the passes are collective).
+  int64_t views_per_pass = 0;
+  int64_t memory_budget_bytes = -1;  // per rank, for the pass size; < 0: none
   LearningRates rates;            // INRIA's, see gaussian_params.h
   // Multiply every learning rate by sqrt(views_per_step) (Grendel-GS and gsplat's batch rule:
   // the loss is the mean over the batch, so its gradient shrinks about 1/sqrt(B) in noise).
   bool sqrt_batch_lr_scaling = true;
   DensifyOptions densify;             // thresholds and schedule (identical on every rank)
   InitOptions init;                   // Gaussians from the scene's points, or random
+  std::string init_ply;               // when set: start from this INRIA-layout .ply instead
   int sh_degree_interval = 1000;      // SH degree = min(max_sh_degree, s / interval) (INRIA)
   int max_sh_degree = kMaxShDegree;
   double ssim_weight = kDefaultSsimWeight;  // loss = (1 - w) L1 + w (1 - SSIM)
@@ -58,6 +73,8 @@ struct GaussianStepResult {
   double loss = 0;                  // mean photometric loss over the batch, same on every rank
   std::vector<int64_t> views;       // camera indices of the batch
   int sh_degree = 0;
+  double resolution_scale = 1;  // the downscale the step trained at
+  int64_t views_per_pass = 1;   // views rendered and backpropagated together
   bool densified = false, opacity_reset = false, rebalanced = false;
   int64_t cloned = 0, split = 0, pruned = 0;  // global counts of this step's densification
   int64_t global_count = 0;                   // Gaussians after the step
@@ -82,7 +99,19 @@ class GaussianTrainer {
   // The camera indices of step t's views: a pure function of (seed, t). The train views are
   // visited in epochs; epoch e is the permutation that sorts them by hash(seed, e, view).
   std::vector<int64_t> batch_views(int64_t t) const;
-  int sh_degree_at(int64_t t) const;  // active SH degree of step t
+  int sh_degree_at(int64_t t) const;          // active SH degree of step t
+  double sampling_rate_at(int64_t t) const;   // the rate of the epoch that step t belongs to
+  double resolution_scale_at(int64_t t) const;  // the downscale step t trains at
+  // Views per pass for step t's batch `views` (collective: views_per_pass when set, else the
+  // minimum over ranks of what each rank's memory budget allows by estimate_view_bytes for the
+  // largest view of the batch, at least 1; the whole batch without a budget).
+  int64_t views_per_pass_for(int64_t t, const std::vector<int64_t>& views);
+  // Estimated bytes one view of a pass holds until its backward on this rank: per local Gaussian
+  // (projection, SH and their saved tensors and gradients) and per pixel (the full image, the
+  // target and the loss's SSIM maps, which every rank computes). Measured: docs/gaussians.md.
+  static constexpr int64_t kViewBytesPerGaussian = 200;
+  static constexpr int64_t kViewBytesPerPixel = 200;
+  static int64_t estimate_view_bytes(int64_t local_gaussians, int64_t pixels);
 
   // Renders camera `camera_index` with the sharded pipeline (no gradient) at the active SH
   // degree; the full image [H, W, 3] on every rank. Collective.
@@ -94,6 +123,31 @@ class GaussianTrainer {
   std::array<torch::Tensor, 6> canonical_grads(int root = -1);  // zeros where no gradient
   torch::Tensor canonical_ids(int root = -1);                   // [N] int64 ascending
   void export_ply(const std::string& path);  // rank 0 writes the canonical set
+
+  // ---- Snapshots and resume (gaussian_trainer_snapshot.cpp; layout: docs/formats.md,
+  // "Gaussian runs"). The view order, learning rates, SH degree and densify schedule are pure
+  // functions of the step, so the rows, their Adam moments and densify statistics, the ids, the
+  // next id and the step count are the whole training state.
+  static constexpr const char* kSnapshotModel = "gaussians";  // SnapshotMeta::model
+  // Writes the state after steps_done() steps to `path` (tessera-snapshot v1, atomic; collective
+  // over `context`, whose ranks must be comm's): every rank's rows in rank order and the per-rank
+  // row counts. `parallel`: SnapshotWriterOptions::parallel.
+  void save_snapshot(distributed::ProcessContext& context, const std::string& path,
+                     const std::string& config_toml, bool parallel = true);
+  // Replaces the rows, Adam state, densify statistics, ids, next id and step count by the
+  // snapshot's; returns its step. At the writer's world size every rank gets exactly its own rows
+  // back in their order (bitwise-exact continuation); at another, an even slice of the rows, then
+  // a forced rebalance (with the Adam state). A snapshot that is missing, damaged (rank 0 checks
+  // every checksum), of another model or dataset, or past options().steps throws UserError on
+  // every rank with the same message. Collective. (The trainer was constructed normally first;
+  // building the initial set is wasted work, acceptable at the scales tested.)
+  int64_t load_snapshot(const std::string& path);
+  int64_t steps_done() const { return adam_steps_; }  // steps taken = the next step to train
+  // The Gaussians of a Gaussian-run snapshot written at any world size, in canonical order
+  // (ascending global id, as canonical_params and export_ply), on the CPU; needs no MPI. Every
+  // checksum read is verified. UserError for a missing, damaged or non-Gaussian snapshot. `step`,
+  // when given, receives the snapshot's step.
+  static GaussianParams read_snapshot_params(const std::string& path, int64_t* step = nullptr);
 
   // Migrates to Morton ownership when the imbalance exceeds the threshold (or when forced),
   // carrying the Adam moments and densify statistics. Collective.
@@ -118,9 +172,15 @@ class GaussianTrainer {
     torch::Tensor received;              // [R, 10] the exchanged rows (the backward hook)
   };
   // Renders the views with the sharded pipeline: per view, the full image on every rank.
-  std::vector<torch::Tensor> forward(const std::vector<int64_t>& views, int sh_degree, bool grad,
-                                     Batch* batch);
-  torch::Tensor target(int64_t camera_index);
+  std::vector<torch::Tensor> forward(const std::vector<int64_t>& views, int sh_degree,
+                                     double scale, bool grad, Batch* batch);
+  // Epochs of the view sampling schedule, found by iterating from step 0 (cached).
+  struct ViewEpoch {
+    int64_t index = 0, first_step = 0, steps = 1, pool = 1;
+    double rate = 1;
+  };
+  ViewEpoch epoch_of(int64_t t) const;
+  torch::Tensor target(int64_t camera_index, double scale);
   void set_learning_rates(int64_t s);
   void densify(int64_t s, GaussianStepResult& result);
   void install_rows(const std::vector<torch::Tensor>& rows, bool with_state);
@@ -137,7 +197,9 @@ class GaussianTrainer {
   double extent_ = 0;
   int64_t next_id_ = 0;     // the next global id to assign, identical on every rank
   int64_t adam_steps_ = 0;  // optimizer steps taken (the Adam step count of every row)
-  std::map<int64_t, torch::Tensor> targets_;
+  std::map<std::pair<int64_t, double>, torch::Tensor> targets_;  // (camera, scale) -> image
+  SamplingSchedule sampling_;
+  mutable std::vector<ViewEpoch> epochs_;
 };
 
 }  // namespace tessera::models::gaussians

@@ -77,7 +77,8 @@ torch::Tensor pixel_mask(const torch::Tensor& tile_mask, int64_t width, int64_t 
 }  // namespace
 
 std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& views,
-                                                    int sh_degree, bool grad, Batch* batch) {
+                                                    int sh_degree, double scale, bool grad,
+                                                    Batch* batch) {
   namespace dist = distributed;
   const torch::Device device = params_.means.device();
   const int64_t ts = options_.tile_size;
@@ -90,8 +91,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& 
   std::vector<int64_t> first_tile(b_count + 1, 0), tiles_x(b_count);
   std::vector<torch::Tensor> rows, side, rects, costs;
   for (int64_t b = 0; b < b_count; ++b) {
-    cams.push_back(make_render_camera(scene_.cameras()[views[b]], options_.resolution_scale,
-                                      device));
+    cams.push_back(make_render_camera(scene_.cameras()[views[b]], scale, device));
     const RenderCamera& cam = cams.back();
     const kernels::ProjectionOutput proj = kernels::project_gaussians(
         params_.means, params_.quats, scales, cam.viewmat, cam.fx, cam.fy, cam.cx, cam.cy,

@@ -82,7 +82,8 @@ void write_ply(const std::string& path, const GaussianParams& params) {
   }
 }
 
-GaussianParams read_ply(const std::string& path, torch::Device device) {
+GaussianParams read_ply(const std::string& path, torch::Device device, int64_t part,
+                        int64_t parts, int64_t* total) {
   TORCH_CHECK(little_endian_host(), "read_ply: a big-endian host is not supported");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("read_ply: cannot open " + path);
@@ -173,9 +174,12 @@ GaussianParams read_ply(const std::string& path, torch::Device device) {
                   std::to_string(count) + " vertices of " + std::to_string(stride) +
                   " floats need " + std::to_string(expected) +
                   (available < expected ? " (truncated file?)" : " (trailing bytes)"));
-  in.seekg(data_start);
+  if (total != nullptr) *total = count;
+  const auto [first, last] = even_slice(count, part, parts);
+  count = last - first;
+  in.seekg(data_start + static_cast<std::streamoff>(first * row_bytes));
   torch::Tensor table = torch::empty({count, stride}, torch::kFloat32);
-  in.read(reinterpret_cast<char*>(table.data_ptr<float>()), expected);
+  in.read(reinterpret_cast<char*>(table.data_ptr<float>()), count * row_bytes);
   if (!in) bad(path, "reading the vertex data failed");
 
   auto cols = [&](std::initializer_list<std::string> names) {

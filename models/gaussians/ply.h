@@ -29,6 +29,9 @@ void write_ply(const std::string& path, const GaussianParams& params);
 // a non-float or list property, a missing property, an f_rest count or numbering that is not a
 // degree's, a vertex count that is not a number, or a data size that does not match the count.
 // The tensors are float32 leaves that require grad, on `device`.
-GaussianParams read_ply(const std::string& path, torch::Device device = torch::kCPU);
+// With parts > 1 only the even slice `part` of the vertices is read (the whole file is still
+// validated); `total` receives the file's vertex count.
+GaussianParams read_ply(const std::string& path, torch::Device device = torch::kCPU,
+                        int64_t part = 0, int64_t parts = 1, int64_t* total = nullptr);
 
 }  // namespace tessera::models::gaussians

@@ -1,0 +1,62 @@
+// Shared pieces of the bench commands (bench_util.h).
+#include "launch/bench_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <system_error>
+
+#include "distributed/errors.h"
+#include "framework/data/synth.h"
+
+namespace tessera::launch::bench {
+
+double median(std::vector<double> values) {
+  if (values.empty()) throw std::invalid_argument("median of nothing");
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double max_over_ranks(MPI_Comm comm, double value) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return value;
+}
+
+void sync(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+TempDir::TempDir(const std::string& name) {
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / ("tessera-bench-" + name + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw std::runtime_error("bench " + name + ": cannot create a temporary folder in " +
+                             std::filesystem::temp_directory_path().string());
+  path = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+std::string bench_scene(const std::string& name, int rank, const std::string& scene,
+                        const std::string& preset, int views, int size, uint64_t seed,
+                        std::unique_ptr<TempDir>& temp) {
+  if (!scene.empty()) return scene;
+  temp = std::make_unique<TempDir>(name);
+  const std::string path = (temp->path / "scene.h5").string();
+  data::synth::SynthOptions synth;
+  synth.preset = preset;
+  synth.views = views;
+  synth.width = synth.height = size;
+  synth.seed = seed;
+  progress(rank, name.c_str(), "synthesizing '%s': %d views of %dx%d", synth.preset.c_str(),
+           synth.views, synth.width, synth.height);
+  data::synth::write_synth_scene(synth, path);
+  return path;
+}
+
+}  // namespace tessera::launch::bench

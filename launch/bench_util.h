@@ -1,0 +1,50 @@
+// What the `tessera bench` commands share: medians, the max over ranks, rank-0 progress lines,
+// device sync and a per-rank temporary folder.
+#pragma once
+
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::launch::bench {
+
+double median(std::vector<double> values);  // of a non-empty list
+
+// The largest `value` over the ranks of `comm` (MPI_Allreduce MAX). Collective.
+double max_over_ranks(MPI_Comm comm, double value);
+
+// "[bench NAME] ..." on stderr, rank 0 only.
+template <typename... Args>
+void progress(int rank, const char* name, const char* format, const Args&... args) {
+  if (rank != 0) return;
+  std::fprintf(stderr, "[bench %s] ", name);
+  std::fprintf(stderr, format, args...);
+  std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void sync(torch::Device device);  // waits for the device's queued work (no-op on CPU)
+
+// A fresh temporary folder "tessera-bench-NAME-XXXXXX", removed with its contents on scope exit
+// (each rank its own: works without a shared file system).
+struct TempDir {
+  explicit TempDir(const std::string& name);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path path;
+};
+
+// The dataset a bench runs on: `scene` when given; otherwise a synthetic scene of `preset`
+// (views, size x size, seed) written into a new `temp` folder (each rank its own).
+std::string bench_scene(const std::string& name, int rank, const std::string& scene,
+                        const std::string& preset, int views, int size, uint64_t seed,
+                        std::unique_ptr<TempDir>& temp);
+
+}  // namespace tessera::launch::bench
