@@ -106,8 +106,9 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
                          options.seed, temp);
   const data::SceneReader scene(scene_path);
 
-  // The peak from here on: the initial set (built whole on every rank), the owned shard, Adam's
-  // moments, gradients and the steps' activations.
+  // The peak from here on: this rank's slice of the initial set and the neighbour search over all
+  // the means, the owned shard after the Morton split, Adam's moments, gradients and the steps'
+  // activations.
   bench::sync(device);
   MPI_CHECK(MPI_Barrier(world));
   reset_peak(device);
@@ -179,8 +180,8 @@ std::pair<CLI::App*, std::function<int()>> add_gaussians_bench_command(CLI::App&
       "memory per rank. Run under mpirun -np N to see memory per rank fall as 1/N. One JSON line "
       "on rank 0's stdout: bench, count, ranks, step_s (median over the timed steps of the "
       "slowest rank's wall time), gaussians_per_s (count / step_s), peak_bytes_per_rank (max over "
-      "ranks of the allocator's peak from the trainer's construction on: the initial set, "
-      "parameters, Adam state, gradients, activations; the counting CPU allocator, or the CUDA "
+      "ranks of the allocator's peak from the trainer's construction on: the rank's slice of "
+      "the initial set, parameters, Adam state, gradients, activations; the counting CPU allocator, or the CUDA "
       "caching allocator), then steady_peak_bytes_per_rank (the same over the steps only), "
       "max_gaussians_per_rank, init_s and the settings. Progress on stderr.");
   sub->add_option("--count", o->count, "Gaussians in the scene (exactly; split across the ranks)")

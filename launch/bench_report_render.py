@@ -298,10 +298,10 @@ def section_gaussians(raw, cmds, plots, doc_dir, meta):
             "densification, so the count stays exact), the same scene and views at 1, 2 and 4 ranks "
             "(`mpirun -np N`). Step = median over the timed steps of the slowest rank's wall time. "
             "Peak = the largest per-rank peak of the counting CPU allocator from the trainer's "
-            "construction on (the initial set, which every rank builds whole before keeping its "
-            "shard, then parameters, Adam state, gradients and activations); steady = the same over "
-            "the training steps only, the part that falls as 1/N. Ratios against 1 rank at the same "
-            "count in the same run."
+            "construction on (the rank's slice of the initial set and the neighbour search over all "
+            "means, then its shard's parameters, Adam state, gradients and activations); steady = "
+            "the same over the training steps only. Both fall as 1/N. Ratios against 1 rank at the "
+            "same count in the same run."
             + (f" This machine has {cpus} CPUs, so 4 ranks are oversubscribed: step times measure "
                "overhead, not added hardware." if cpus and cpus < 4 else ""),
             ""]
