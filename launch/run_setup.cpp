@@ -8,6 +8,7 @@
 #include "distributed/errors.h"
 #include "framework/log.h"
 #include "framework/snapshot.h"
+#include "launch/train_gaussians.h"
 #include "models/builtin.h"
 
 namespace tessera::launch {
@@ -62,9 +63,10 @@ RestoredRun restore_run(const std::string& snapshot, const std::vector<std::stri
     run.step = reader.meta().step;
     run.config = parse_config(reader.meta().config_toml, snapshot + " (stored config)", overrides);
   }
+  const bool gaussians = run.config.model.name == kGaussiansModel;
   ModelRegistry registry;
   models::register_builtin_models(registry);
-  registry.require(run.config.model.name, snapshot);
+  if (!gaussians) registry.require(run.config.model.name, snapshot);
   if (run.config.data.path.empty() || !std::filesystem::exists(run.config.data.path))
     throw UserError(snapshot + ": its dataset '" + run.config.data.path + "' is not there; pass "
                     "--set data.path=FILE to point at it");
@@ -78,6 +80,12 @@ RestoredRun restore_run(const std::string& snapshot, const std::vector<std::stri
                                    ? torch::Device(torch::kCUDA, run.context->cuda_device_index())
                                    : torch::Device(torch::kCPU);
   run.comm = distributed::make_communicator(*run.context, run.config.distributed.backend, device);
+  if (gaussians) {
+    run.gaussians = std::make_unique<models::gaussians::GaussianTrainer>(
+        *run.comm, *run.scene, gaussian_trainer_options(run.config));
+    run.gaussians->load_snapshot(snapshot);
+    return run;
+  }
   ModelContext mc;
   mc.scene_bounds = run.scene->meta().scene_bounds;
   mc.near = run.scene->meta().near;

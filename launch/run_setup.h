@@ -12,6 +12,7 @@
 #include "framework/data/scene.h"
 #include "framework/model.h"
 #include "framework/trainer.h"
+#include "models/gaussians/gaussian_trainer.h"
 
 namespace tessera::launch {
 
@@ -22,15 +23,18 @@ TrainerOptions trainer_options(const Config& config);
 SamplingScheduleOptions sampling_options(const Config& config);
 
 // A run restored from a snapshot for eval and render: the snapshot's own config (with
-// `overrides` applied, e.g. data.path when the dataset moved), on every rank.
+// `overrides` applied, e.g. data.path when the dataset moved), on every rank. A NeRF run has
+// `model` and `trainer`, a Gaussian run `gaussians`.
 struct RestoredRun {
   Config config;
   std::unique_ptr<data::SceneReader> scene;
   std::unique_ptr<distributed::ProcessContext> context;
   std::unique_ptr<distributed::Communicator> comm;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<Model> model;      // NeRF runs
+  std::unique_ptr<Trainer> trainer;  // NeRF runs
+  std::unique_ptr<models::gaussians::GaussianTrainer> gaussians;  // model.name = "gaussians"
   int64_t step = 0;
+  // Members are destroyed in reverse order: the trainers before the communicator and context.
 };
 
 // Checks the snapshot and its dataset before MPI starts (UserError, exit code 2), then starts the

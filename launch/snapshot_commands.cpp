@@ -1,5 +1,6 @@
 // `tessera eval SNAPSHOT` (PSNR and SSIM per split, one JSON object) and `tessera render
-// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), on any number of ranks.
+// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), for NeRF and Gaussian runs, on any
+// number of ranks.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -37,12 +38,18 @@ int run_eval(const SnapshotCommandOptions& o) {
   nlohmann::json result;
   result["snapshot"] = o.snapshot;
   result["step"] = run.step;
-  result["model"] = run.model->name();
+  result["model"] = run.config.model.name;
   result["ranks"] = run.comm->size();
   for (const std::string& split : splits) {
-    const size_t views = run.scene->indices(parse_split(split)).size();
-    if (views == 0 && o.split.empty()) continue;  // the dataset has no such split
-    if (views == 0) throw UserError(run.config.data.path + " has no " + split + " views");
+    std::vector<size_t> views = run.scene->indices(parse_split(split));
+    if (views.empty() && o.split.empty()) continue;  // the dataset has no such split
+    if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " views");
+    if (run.gaussians) {
+      if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
+      const auto r = run.gaussians->evaluate(views);
+      result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
+      continue;
+    }
     run.trainer->set_eval_views(split, o.max_views);
     const EvalResult r = run.trainer->evaluate(run.step, /*write=*/false);
     result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
@@ -101,7 +108,9 @@ int run_render(const SnapshotCommandOptions& o) {
   if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
   if (run.comm->rank() == 0) std::filesystem::create_directories(o.out);
   for (size_t i = 0; i < views.size(); ++i) {
-    const torch::Tensor image = run.trainer->render_camera(views[i].second, run.step);
+    const torch::Tensor image =
+        run.gaussians ? run.gaussians->render_camera(views[i].second).to(torch::kCPU).clamp(0, 1)
+                      : run.trainer->render_camera(views[i].second, run.step);
     if (run.comm->rank() != 0) continue;
     const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
     data::write_png((std::filesystem::path(o.out) / views[i].first).string(), png);

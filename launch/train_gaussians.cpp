@@ -23,11 +23,9 @@
 
 namespace tessera::launch {
 
-namespace {
-
 namespace gs = models::gaussians;
 
-gs::GaussianTrainerOptions gaussian_options(const Config& config) {
+gs::GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   gs::GaussianTrainerOptions o;
   o.views_per_step = config.model.views_per_step;
   o.steps = config.train.steps;
@@ -56,8 +54,6 @@ gs::GaussianTrainerOptions gaussian_options(const Config& config) {
   return o;
 }
 
-}  // namespace
-
 int run_gaussian_train(const Config& config, const GaussianRunOptions& run,
                        distributed::ProcessContext& context, distributed::Communicator& comm,
                        const data::SceneReader& scene) {
@@ -66,7 +62,7 @@ int run_gaussian_train(const Config& config, const GaussianRunOptions& run,
   if (rank == 0) std::filesystem::create_directories(out / "renders");
   if (comm.device().is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
   const auto start = std::chrono::steady_clock::now();
-  gs::GaussianTrainer trainer(comm, scene, gaussian_options(config));
+  gs::GaussianTrainer trainer(comm, scene, gaussian_trainer_options(config));
   int64_t first = 0;
   if (run.resume.empty()) {
     const int64_t initial = trainer.global_count();
@@ -93,23 +89,18 @@ int run_gaussian_train(const Config& config, const GaussianRunOptions& run,
                                                                               : data::Split::Test);
   if (static_cast<int64_t>(eval_views.size()) > config.eval.max_views) eval_views.resize(config.eval.max_views);
   auto evaluate = [&](int64_t done, nlohmann::json& record) {
-    double psnr_sum = 0, ssim_sum = 0;
-    for (size_t v : eval_views) {
-      const torch::Tensor image = trainer.render(static_cast<int64_t>(v)).to(torch::kCPU).clamp(0, 1);
-      const torch::Tensor target = scene.read_image_over_background(v);
-      if (image.sizes() != target.sizes()) continue;  // resolution_scale > 1: compare at scale
-      psnr_sum += psnr(image, target);
-      ssim_sum += ssim(image, target);
-      if (rank == 0) {
-        char name[64];
-        std::snprintf(name, sizeof name, "step-%08lld-view-%03zu.png", static_cast<long long>(done), v);
-        data::write_png((out / "renders" / name).string(),
-                        (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8));
-      }
-    }
-    if (!eval_views.empty()) {
-      record["eval_psnr"] = psnr_sum / eval_views.size();
-      record["eval_ssim"] = ssim_sum / eval_views.size();
+    const gs::GaussianTrainer::EvalScores scores =
+        trainer.evaluate(eval_views, [&](size_t v, const torch::Tensor& image) {
+          if (rank != 0) return;
+          char name[64];
+          std::snprintf(name, sizeof name, "step-%08lld-view-%03zu.png",
+                        static_cast<long long>(done), v);
+          data::write_png((out / "renders" / name).string(),
+                          (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8));
+        });
+    if (scores.views > 0) {
+      record["eval_psnr"] = scores.psnr;
+      record["eval_ssim"] = scores.ssim;
     }
   };
 

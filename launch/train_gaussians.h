@@ -9,6 +9,7 @@
 #include "distributed/process_context.h"
 #include "framework/config.h"
 #include "framework/data/scene.h"
+#include "models/gaussians/gaussian_trainer.h"
 
 namespace tessera::launch {
 
@@ -20,6 +21,11 @@ struct GaussianRunOptions {
   std::string resume;       // a snapshot to continue from (--resume, "auto" resolved); "" = none
   int64_t until = -1;       // stop after this step with a snapshot (--until); -1 = train.steps
 };
+
+// The sharded trainer's options from the resolved config ([model] 3DGS keys, [sampling] as views
+// per epoch, [checkpoint] budget as the views-per-pass budget). UserError for a budget policy
+// without a budget.
+models::gaussians::GaussianTrainerOptions gaussian_trainer_options(const Config& config);
 
 // Trains on every rank (collective) and writes RUN_DIR/metrics.jsonl, renders/, snapshots/ and,
 // when all train.steps are done, gaussians.ply. SIGTERM/SIGINT: a snapshot, then exit code 0.

@@ -475,7 +475,7 @@ TEST_F(ResumeTest, GaussiansSigtermWritesASnapshotAndResumes) {
 // A Gaussian run started from a PLY, with view sampling, coarse to fine and one view per pass
 // chosen by the [checkpoint] budget: the metrics show each, and a budget policy without a
 // budget is bad input.
-TEST_F(ResumeTest, GaussiansFromPlyWithViewSamplingCoarseToFineAndPasses) {
+TEST_F(ResumeTest, GaussiansFromPlyScheduledPassesThenEvalAndRender) {
   write_gaussians_config();
   const std::string seed_run = dir_ + "/gs-seed";
   const Job seed = run(gaussians_train(1, seed_run, {"--set", "train.steps=2"}), 90);
@@ -513,6 +513,28 @@ TEST_F(ResumeTest, GaussiansFromPlyWithViewSamplingCoarseToFineAndPasses) {
   EXPECT_NE(records.front().find("\"sampling_rate\":1.0"), std::string::npos) << records.front();
   EXPECT_NE(records.back().find("\"sampling_rate\":0.5"), std::string::npos) << records.back();
   EXPECT_TRUE(fs::exists(out + "/gaussians.ply"));
+
+  // `tessera eval` of the final snapshot on the eval views of the run scores exactly what the
+  // run's last eval did; `tessera render --orbit` renders a Gaussian snapshot too.
+  const std::string last = snapshot_path(out + "/snapshots", 6);
+  const Job eval = run({mpiexec_, "-n", "2", "--oversubscribe", binary_, "eval", last, "--split",
+                        "val", "--max-views", "1"},
+                       60);
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  auto number_after = [](const std::string& text, const std::string& key) {
+    const size_t at = text.find(key);
+    if (at == std::string::npos) return std::string("(missing ") + key + ")";
+    const size_t end = text.find_first_of(",}", at + key.size());
+    return text.substr(at + key.size(), end - at - key.size());
+  };
+  const std::string summary = read_file(out + "/metrics.jsonl");
+  EXPECT_EQ(number_after(eval.output, "\"psnr\":"), number_after(summary, "\"eval_psnr\":"))
+      << eval.output << summary;
+  EXPECT_NE(eval.output.find("\"model\":\"gaussians\""), std::string::npos) << eval.output;
+  const Job orbit = run({binary_, "render", last, "--out", dir_ + "/gs-orbit", "--orbit", "2"}, 60);
+  ASSERT_EQ(orbit.exit_code, 0) << orbit.output;
+  EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-000.png"));
+  EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-001.png"));
 
   const Job bad = run(gaussians_train(1, dir_ + "/gs-nobudget",
                                       {"--set", "checkpoint.policy=budget", "--set",

@@ -264,8 +264,10 @@ GaussianStepResult GaussianTrainer::step(int64_t t) {
         result.views.begin() + first,
         result.views.begin() + std::min(b_count, first + result.views_per_pass));
     Batch batch;
+    std::vector<data::Camera> cameras;
+    for (int64_t v : pass) cameras.push_back(scene_.cameras()[v]);
     const std::vector<torch::Tensor> images =
-        forward(pass, result.sh_degree, result.resolution_scale, true, &batch);
+        forward(cameras, result.sh_degree, result.resolution_scale, true, &batch);
     torch::Tensor loss;
     for (size_t b = 0; b < images.size(); ++b) {
       const torch::Tensor l = photometric_loss(
@@ -324,12 +326,6 @@ void GaussianTrainer::densify(int64_t s, GaussianStepResult& result) {
   result.cloned = counts[0].item<int64_t>();
   result.split = counts[1].item<int64_t>();
   result.pruned = counts[2].item<int64_t>();
-}
-
-torch::Tensor GaussianTrainer::render(int64_t camera_index) {
-  torch::NoGradGuard no_grad;
-  return forward({camera_index}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0),
-                 options_.resolution_scale, false, nullptr)[0];
 }
 
 int64_t GaussianTrainer::global_count() {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -116,6 +117,18 @@ class GaussianTrainer {
   // Renders camera `camera_index` with the sharded pipeline (no gradient) at the active SH
   // degree; the full image [H, W, 3] on every rank. Collective.
   torch::Tensor render(int64_t camera_index);
+  torch::Tensor render_camera(const data::Camera& camera);  // any camera, e.g. an orbit's
+
+  // Mean PSNR and SSIM over the dataset views `views` (clamped renders at resolution_scale vs the
+  // targets composited over the background, resized to the render's size). `on_image` (if set)
+  // receives each view's image [H, W, 3] in [0, 1], on every rank. Collective.
+  struct EvalScores {
+    double psnr = 0, ssim = 0;
+    int64_t views = 0;
+  };
+  EvalScores evaluate(const std::vector<size_t>& views,
+                      const std::function<void(size_t view, const torch::Tensor& image)>&
+                          on_image = {});
 
   // Canonical (ordered by global id) views for tests and export. root < 0: on every rank;
   // otherwise on root only (undefined tensors elsewhere). Collective.
@@ -172,7 +185,7 @@ class GaussianTrainer {
     torch::Tensor received;              // [R, 10] the exchanged rows (the backward hook)
   };
   // Renders the views with the sharded pipeline: per view, the full image on every rank.
-  std::vector<torch::Tensor> forward(const std::vector<int64_t>& views, int sh_degree,
+  std::vector<torch::Tensor> forward(const std::vector<data::Camera>& cameras, int sh_degree,
                                      double scale, bool grad, Batch* batch);
   // Epochs of the view sampling schedule, found by iterating from step 0 (cached).
   struct ViewEpoch {

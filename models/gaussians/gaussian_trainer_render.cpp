@@ -7,6 +7,7 @@
 #include "distributed/gaussian_sharding_exchange.h"
 #include "kernels/gaussian_projection.h"
 #include "kernels/gaussian_rasterize.h"
+#include "framework/metrics.h"
 #include "kernels/spherical_harmonics.h"
 #include "models/gaussians/gaussian_render.h"
 #include "models/gaussians/gaussian_trainer.h"
@@ -76,7 +77,7 @@ torch::Tensor pixel_mask(const torch::Tensor& tile_mask, int64_t width, int64_t 
 
 }  // namespace
 
-std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& views,
+std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Camera>& views,
                                                     int sh_degree, double scale, bool grad,
                                                     Batch* batch) {
   namespace dist = distributed;
@@ -91,7 +92,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& 
   std::vector<int64_t> first_tile(b_count + 1, 0), tiles_x(b_count);
   std::vector<torch::Tensor> rows, side, rects, costs;
   for (int64_t b = 0; b < b_count; ++b) {
-    cams.push_back(make_render_camera(scene_.cameras()[views[b]], scale, device));
+    cams.push_back(make_render_camera(views[b], scale, device));
     const RenderCamera& cam = cams.back();
     const kernels::ProjectionOutput proj = kernels::project_gaussians(
         params_.means, params_.quats, scales, cam.viewmat, cam.fx, cam.fy, cam.cx, cam.cy,
@@ -185,6 +186,36 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<int64_t>& 
     offset += size;
   }
   return images;
+}
+
+torch::Tensor GaussianTrainer::render(int64_t camera_index) {
+  return render_camera(scene_.cameras().at(static_cast<size_t>(camera_index)));
+}
+
+torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera) {
+  torch::NoGradGuard no_grad;
+  return forward({camera}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0),
+                 options_.resolution_scale, false, nullptr)[0];
+}
+
+GaussianTrainer::EvalScores GaussianTrainer::evaluate(
+    const std::vector<size_t>& views,
+    const std::function<void(size_t view, const torch::Tensor& image)>& on_image) {
+  EvalScores scores;
+  for (size_t v : views) {
+    const torch::Tensor image = render(static_cast<int64_t>(v)).to(torch::kCPU).clamp(0, 1);
+    torch::Tensor target = scene_.read_image_over_background(v);
+    if (target.sizes() != image.sizes()) target = resize_image(target, image.size(1), image.size(0));
+    scores.psnr += psnr(image, target);
+    scores.ssim += ssim(image, target);
+    ++scores.views;
+    if (on_image) on_image(v, image);
+  }
+  if (scores.views > 0) {
+    scores.psnr /= static_cast<double>(scores.views);
+    scores.ssim /= static_cast<double>(scores.views);
+  }
+  return scores;
 }
 
 }  // namespace tessera::models::gaussians
