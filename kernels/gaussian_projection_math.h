@@ -32,6 +32,34 @@ struct Camera {
   T near_plane, far_plane, eps2d;
 };
 
+// The intrinsics and limits of `c` (a ProjectionCamera: fx, fy, cx, cy, width, height,
+// near_plane, far_plane, eps2d), filled on the host; R and t come from set_pose.
+template <typename T, typename ProjectionCameraT>
+inline Camera<T> camera_intrinsics(const ProjectionCameraT& c) {
+  Camera<T> cam;
+  cam.fx = static_cast<T>(c.fx);
+  cam.fy = static_cast<T>(c.fy);
+  cam.cx = static_cast<T>(c.cx);
+  cam.cy = static_cast<T>(c.cy);
+  cam.lim_x = static_cast<T>(kFovClampFactor * 0.5 * static_cast<double>(c.width) / c.fx);
+  cam.lim_y = static_cast<T>(kFovClampFactor * 0.5 * static_cast<double>(c.height) / c.fy);
+  cam.width = static_cast<T>(c.width);
+  cam.height = static_cast<T>(c.height);
+  cam.near_plane = static_cast<T>(c.near_plane);
+  cam.far_plane = static_cast<T>(c.far_plane);
+  cam.eps2d = static_cast<T>(c.eps2d);
+  return cam;
+}
+
+// R and t from the first three rows of a row-major [4, 4] viewmat (world -> camera).
+template <typename T>
+TESSERA_HD inline void set_pose(const T* viewmat, Camera<T>& cam) {
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) cam.R[i][j] = viewmat[4 * i + j];
+    cam.t[i] = viewmat[4 * i + 3];
+  }
+}
+
 // Rotation matrix of a unit quaternion (w, x, y, z), row-major.
 template <typename T>
 TESSERA_HD inline void quat_to_rotmat(T w, T x, T y, T z, T R[3][3]) {

@@ -65,6 +65,27 @@ TESSERA_HD inline TileRect tile_rect(double mx, double my, int32_t radius, int64
   return r;
 }
 
+// The rect of Gaussian g of the binning inputs (means [N, 2], radii [N], depths [N]): empty when
+// culled (non-finite depth, radius <= 0 or a non-finite centre).
+template <typename T>
+TESSERA_HD inline TileRect gaussian_tile_rect(const T* means, const int32_t* radii,
+                                              const T* depths, int64_t g, int64_t tile_size,
+                                              int64_t tiles_x, int64_t tiles_y) {
+  if (!finite(static_cast<double>(depths[g]))) return TileRect{};
+  return tile_rect(static_cast<double>(means[2 * g]), static_cast<double>(means[2 * g + 1]),
+                   radii[g], tile_size, tiles_x, tiles_y);
+}
+
+// The tiles of `r` that are in the mask ([tiles_y * tiles_x], row-major), or all when the mask
+// is null.
+TESSERA_HD inline int64_t unmasked_tiles(const TileRect& r, const bool* mask, int64_t tiles_x) {
+  if (!mask) return r.count();
+  int64_t count = 0;
+  for (int64_t ty = r.y0; ty < r.y1; ++ty)
+    for (int64_t tx = r.x0; tx < r.x1; ++tx) count += mask[ty * tiles_x + tx] ? 1 : 0;
+  return count;
+}
+
 // The Mahalanobis half-distance of the pixel centre (px, py) from a Gaussian with mean (mx, my)
 // and conic (a, b, c) = inverse 2D covariance [[a, b], [b, c]]; dx = mx - px, dy = my - py:
 //   sigma = 0.5 * (a dx^2 + c dy^2) + b dx dy.

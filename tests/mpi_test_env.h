@@ -1,5 +1,6 @@
-// Shared state of multi-rank tests: the process context created by tests/mpi_test_main.cpp, and
-// a temp folder made by rank 0 and known to every rank (one node: CTest runs all ranks locally).
+// Shared state of multi-rank tests: the process context created by tests/mpi_test_main.cpp, a CPU
+// communicator over every rank, and a temp folder made by rank 0 and known to every rank (one
+// node: CTest runs all ranks locally).
 #pragma once
 
 #include <mpi.h>
@@ -8,14 +9,23 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "distributed/communicator.h"
 #include "distributed/process_context.h"
 
 namespace tessera::test {
 
 extern distributed::ProcessContext* g_context;
+
+// One MPI communicator over every rank, on the CPU, for the whole test run.
+inline distributed::Communicator& cpu_world() {
+  static std::unique_ptr<distributed::Communicator> c =
+      distributed::make_communicator(*g_context, "mpi", torch::Device(torch::kCPU));
+  return *c;
+}
 
 // Rank 0 creates a fresh folder under the system temp dir named PREFIX-XXXXXX and runs `fill` in
 // it; then every rank gets the path. Collective.

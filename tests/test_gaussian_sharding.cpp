@@ -20,11 +20,7 @@
 namespace tessera::distributed {
 namespace {
 
-Communicator& comm() {
-  static std::unique_ptr<Communicator> c =
-      make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
-  return *c;
-}
+Communicator& comm() { return test::cpu_world(); }
 int rank() { return comm().rank(); }
 int size() { return comm().size(); }
 

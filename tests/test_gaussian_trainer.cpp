@@ -26,11 +26,7 @@ namespace {
 
 namespace gs = models::gaussians;
 
-distributed::Communicator& world() {
-  static std::unique_ptr<distributed::Communicator> c =
-      distributed::make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
-  return *c;
-}
+distributed::Communicator& world() { return test::cpu_world(); }
 
 // Float reassociation bound: a Gaussian whose tiles lie in two ranks' blocks gets its gradient
 // summed in another grouping; everything else is computed in the same order as on one rank.

@@ -31,11 +31,7 @@ namespace {
 
 namespace nerf = models::nerf;
 
-distributed::Communicator& world() {
-  static std::unique_ptr<distributed::Communicator> c =
-      distributed::make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
-  return *c;
-}
+distributed::Communicator& world() { return test::cpu_world(); }
 
 constexpr uint64_t kModelSeed = 11;
 

@@ -25,11 +25,7 @@
 namespace tessera {
 namespace {
 
-distributed::Communicator& world() {
-  static std::unique_ptr<distributed::Communicator> c =
-      distributed::make_communicator(*test::g_context, "mpi", torch::Device(torch::kCPU));
-  return *c;
-}
+distributed::Communicator& world() { return test::cpu_world(); }
 
 // "color = MLP(ray direction)": 3 -> 16 -> 3 with a sigmoid; deterministic init.
 class DirectionMlp : public Model {

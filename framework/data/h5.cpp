@@ -192,10 +192,11 @@ std::string describe_type(hid_t dataset) {
 
 // ---- Files ----
 
-Id create_file(const std::string& path) {
-  Id fapl = file_access();
-  // SEMI: closing fails while objects are still open, so a successful close() means the file
-  // is complete on disk (the writer renames it right after).
+namespace {
+
+// H5Fcreate with `fapl`, closing SEMI: closing fails while objects are still open, so a
+// successful close() means the file is complete on disk (the writer renames it right after).
+Id create_with(const std::string& path, Id fapl) {
   H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));
   hid_t file = H5I_INVALID_HID;
   {
@@ -206,6 +207,10 @@ Id create_file(const std::string& path) {
     throw UserError(path + ": cannot create the file (does the directory exist, is it writable?)");
   return Id(file, H5Fclose);
 }
+
+}  // namespace
+
+Id create_file(const std::string& path) { return create_with(path, file_access()); }
 
 Id open_file_read_only(const std::string& path) {
   std::error_code error;
@@ -228,19 +233,11 @@ void flush(hid_t file) { H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL)); }
 #ifdef H5_HAVE_PARALLEL
 Id create_file_mpio(const std::string& path, MPI_Comm comm) {
   Id fapl = file_access();
-  H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));  // as create_file
   H5_CHECK(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
   // Metadata is read once and broadcast, and written collectively, instead of by every rank.
   H5_CHECK(H5Pset_all_coll_metadata_ops(fapl.get(), true));
   H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), true));
-  hid_t file = H5I_INVALID_HID;
-  {
-    QuietErrors quiet;
-    file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  }
-  if (file < 0)
-    throw UserError(path + ": cannot create the file (does the directory exist, is it writable?)");
-  return Id(file, H5Fclose);
+  return create_with(path, std::move(fapl));
 }
 #endif
 

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include "kernels/gaussian_projection_math.h"
+#include "kernels/tensor_args.h"
 
 namespace tessera::kernels::cpu {
 
@@ -21,33 +22,9 @@ constexpr int64_t kGaussiansPerTask = 2048;
 template <typename T>
 pm::Camera<T> make_camera(const torch::Tensor& viewmat,  // [4, 4], CPU, contiguous, dtype T
                           const ProjectionCamera& c) {
-  const T* v = viewmat.data_ptr<T>();
-  pm::Camera<T> cam;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) cam.R[i][j] = v[4 * i + j];
-    cam.t[i] = v[4 * i + 3];
-  }
-  cam.fx = static_cast<T>(c.fx);
-  cam.fy = static_cast<T>(c.fy);
-  cam.cx = static_cast<T>(c.cx);
-  cam.cy = static_cast<T>(c.cy);
-  cam.lim_x = static_cast<T>(pm::kFovClampFactor * 0.5 * static_cast<double>(c.width) / c.fx);
-  cam.lim_y = static_cast<T>(pm::kFovClampFactor * 0.5 * static_cast<double>(c.height) / c.fy);
-  cam.width = static_cast<T>(c.width);
-  cam.height = static_cast<T>(c.height);
-  cam.near_plane = static_cast<T>(c.near_plane);
-  cam.far_plane = static_cast<T>(c.far_plane);
-  cam.eps2d = static_cast<T>(c.eps2d);
+  pm::Camera<T> cam = pm::camera_intrinsics<T>(c);
+  pm::set_pose(viewmat.data_ptr<T>(), cam);
   return cam;
-}
-
-template <typename T>
-const T* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 }  // namespace

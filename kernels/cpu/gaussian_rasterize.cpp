@@ -9,6 +9,7 @@
 
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
+#include "kernels/tensor_args.h"
 
 namespace tessera::kernels::cpu {
 
@@ -258,15 +259,6 @@ void reduce_entries(const int64_t* ids, int64_t num_isects, int64_t num_gaussian
       for (int64_t ch = 0; ch < channels; ++ch) v_colors[g * channels + ch] = col[ch];
     }
   });
-}
-
-template <typename scalar_t>
-const scalar_t* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 Grid grid_of(int64_t width, int64_t height, int64_t tile_size) {

@@ -16,16 +16,6 @@ namespace {
 // Gaussians per task of the count and fill passes: each costs a few ns plus its tiles.
 constexpr int64_t kGaussiansPerTask = 4096;
 
-// The rect of Gaussian g (empty when culled, rule 1 of the header).
-template <typename scalar_t>
-raster::TileRect rect_of(const scalar_t* means, const int32_t* radii, const scalar_t* depths,
-                         int64_t g, int64_t tile_size, int64_t tiles_x, int64_t tiles_y) {
-  if (!raster::finite(static_cast<double>(depths[g]))) return {};
-  return raster::tile_rect(static_cast<double>(means[2 * g]),
-                           static_cast<double>(means[2 * g + 1]), radii[g], tile_size, tiles_x,
-                           tiles_y);
-}
-
 template <typename scalar_t>
 TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
              const torch::Tensor& depths_t, int64_t width, int64_t height, int64_t tile_size,
@@ -42,14 +32,9 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
   std::vector<int64_t> first(n + 1, 0);
   at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      const raster::TileRect r = rect_of(means, radii, depths, g, tile_size, tiles_x, tiles_y);
-      int64_t count = 0;
-      if (!mask) {
-        count = r.count();
-      } else {
-        for (int64_t ty = r.y0; ty < r.y1; ++ty)
-          for (int64_t tx = r.x0; tx < r.x1; ++tx) count += mask[ty * tiles_x + tx] ? 1 : 0;
-      }
+      const raster::TileRect r =
+          raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y);
+      const int64_t count = raster::unmasked_tiles(r, mask, tiles_x);
       first[g + 1] = count;
     }
   });
@@ -61,7 +46,8 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
   std::vector<int64_t> tile_of(m);
   at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      const raster::TileRect r = rect_of(means, radii, depths, g, tile_size, tiles_x, tiles_y);
+      const raster::TileRect r =
+          raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y);
       int64_t k = first[g];
       for (int64_t ty = r.y0; ty < r.y1; ++ty)
         for (int64_t tx = r.x0; tx < r.x1; ++tx) {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/tensor_args.h"
+
 namespace tessera::kernels::cpu {
 
 namespace {
@@ -151,15 +153,6 @@ void backprop_rays(const scalar_t* __restrict__ rgbs,       // [S, 3]
       std::fill(v_rgbs + 3 * stop, v_rgbs + 3 * last, scalar_t{0});
     }
   });
-}
-
-template <typename scalar_t>
-const scalar_t* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 }  // namespace

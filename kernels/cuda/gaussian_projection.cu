@@ -7,6 +7,7 @@
 
 #include "kernels/gaussian_projection.h"
 #include "kernels/gaussian_projection_math.h"
+#include "kernels/tensor_args.h"
 
 namespace tessera::kernels::cuda {
 
@@ -22,34 +23,9 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>((n + kThreadsPerBlock - 1) / kThreadsPerBlock);
 }
 
-// The intrinsics are filled on the host and passed by value; the rotation and translation are
-// read from viewmat (on the device) by each thread, so no device-to-host copy stalls the stream.
-template <typename T>
-pm::Camera<T> make_camera(const ProjectionCamera& c) {
-  pm::Camera<T> cam;
-  cam.fx = static_cast<T>(c.fx);
-  cam.fy = static_cast<T>(c.fy);
-  cam.cx = static_cast<T>(c.cx);
-  cam.cy = static_cast<T>(c.cy);
-  cam.lim_x = static_cast<T>(pm::kFovClampFactor * 0.5 * static_cast<double>(c.width) / c.fx);
-  cam.lim_y = static_cast<T>(pm::kFovClampFactor * 0.5 * static_cast<double>(c.height) / c.fy);
-  cam.width = static_cast<T>(c.width);
-  cam.height = static_cast<T>(c.height);
-  cam.near_plane = static_cast<T>(c.near_plane);
-  cam.far_plane = static_cast<T>(c.far_plane);
-  cam.eps2d = static_cast<T>(c.eps2d);
-  return cam;
-}
-
-template <typename T>
-__device__ __forceinline__ void read_viewmat(const T* __restrict__ viewmat,  // [4, 4]
-                                             pm::Camera<T>& cam) {
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) cam.R[i][j] = viewmat[4 * i + j];
-    cam.t[i] = viewmat[4 * i + 3];
-  }
-}
-
+// The intrinsics are filled on the host (pm::camera_intrinsics) and passed by value; each thread
+// reads the rotation and translation from viewmat on the device (pm::set_pose), so no
+// device-to-host copy stalls the stream.
 template <typename T>
 __global__ void project_gaussians_fwd_kernel(int64_t n, pm::Camera<T> cam,
                                              const T* __restrict__ viewmat,  // [4, 4]
@@ -62,7 +38,7 @@ __global__ void project_gaussians_fwd_kernel(int64_t n, pm::Camera<T> cam,
                                              T* __restrict__ conics) {       // [N, 3]
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  read_viewmat(viewmat, cam);
+  pm::set_pose(viewmat, cam);
   radii[i] = pm::project_forward<T>(means + 3 * i, quats + 4 * i, scales + 3 * i, cam,
                                     means2d + 2 * i, depths + i, conics + 3 * i);
 }
@@ -87,20 +63,11 @@ __global__ void project_gaussians_bwd_kernel(int64_t n, pm::Camera<T> cam,
     for (int k = 0; k < 4; ++k) v_quats[4 * i + k] = 0;
     return;
   }
-  read_viewmat(viewmat, cam);
+  pm::set_pose(viewmat, cam);
   pm::project_backward<T>(means + 3 * i, quats + 4 * i, scales + 3 * i, cam,
                           v_means2d ? v_means2d + 2 * i : nullptr,
                           v_depths ? v_depths + i : nullptr, v_conics ? v_conics + 3 * i : nullptr,
                           v_means + 3 * i, v_quats + 4 * i, v_scales + 3 * i);
-}
-
-template <typename T>
-const T* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 // Launchers: the stream is explicit; nothing is launched for N == 0.
@@ -111,7 +78,7 @@ void launch_fwd(const torch::Tensor& means, const torch::Tensor& quats,
   const int64_t n = means.size(0);
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES(means.scalar_type(), "project_gaussians_fwd_cuda", [&] {
-    const pm::Camera<scalar_t> cam = make_camera<scalar_t>(camera);
+    const pm::Camera<scalar_t> cam = pm::camera_intrinsics<scalar_t>(camera);
     project_gaussians_fwd_kernel<scalar_t><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(
         n, cam, viewmat.data_ptr<scalar_t>(), means.data_ptr<scalar_t>(),
         quats.data_ptr<scalar_t>(), scales.data_ptr<scalar_t>(), out.radii.data_ptr<int32_t>(),
@@ -130,7 +97,7 @@ void launch_bwd(const torch::Tensor& means, const torch::Tensor& quats,
   const int64_t n = means.size(0);
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES(means.scalar_type(), "project_gaussians_bwd_cuda", [&] {
-    const pm::Camera<scalar_t> cam = make_camera<scalar_t>(camera);
+    const pm::Camera<scalar_t> cam = pm::camera_intrinsics<scalar_t>(camera);
     project_gaussians_bwd_kernel<scalar_t><<<blocks_for(n), kThreadsPerBlock, 0, stream>>>(
         n, cam, viewmat.data_ptr<scalar_t>(), means.data_ptr<scalar_t>(),
         quats.data_ptr<scalar_t>(), scales.data_ptr<scalar_t>(), radii.data_ptr<int32_t>(),

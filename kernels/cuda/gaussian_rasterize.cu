@@ -8,6 +8,7 @@
 
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
+#include "kernels/tensor_args.h"
 
 namespace tessera::kernels::cuda {
 
@@ -273,15 +274,6 @@ __global__ void rasterize_bwd_kernel(
       }
     }
   }
-}
-
-template <typename scalar_t>
-const scalar_t* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 int batch_for(int64_t tile_size) {

@@ -15,18 +15,6 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 
-template <typename scalar_t>
-__device__ __forceinline__ raster::TileRect rect_of(const scalar_t* __restrict__ means,
-                                                    const int32_t* __restrict__ radii,
-                                                    const scalar_t* __restrict__ depths, int64_t g,
-                                                    int64_t tile_size, int64_t tiles_x,
-                                                    int64_t tiles_y) {
-  if (!isfinite(static_cast<double>(depths[g]))) return raster::TileRect{};
-  return raster::tile_rect(static_cast<double>(means[2 * g]),
-                           static_cast<double>(means[2 * g + 1]), radii[g], tile_size, tiles_x,
-                           tiles_y);
-}
-
 // One thread per Gaussian: its number of (unmasked) tiles.
 template <typename scalar_t>
 __global__ void count_kernel(int64_t n, int64_t tile_size, int64_t tiles_x, int64_t tiles_y,
@@ -37,15 +25,9 @@ __global__ void count_kernel(int64_t n, int64_t tile_size, int64_t tiles_x, int6
                              int64_t* __restrict__ counts) {      // [N]
   const int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (g >= n) return;
-  const raster::TileRect r = rect_of(means, radii, depths, g, tile_size, tiles_x, tiles_y);
-  int64_t count = 0;
-  if (!mask) {
-    count = r.count();
-  } else {
-    for (int64_t ty = r.y0; ty < r.y1; ++ty)
-      for (int64_t tx = r.x0; tx < r.x1; ++tx) count += mask[ty * tiles_x + tx] ? 1 : 0;
-  }
-  counts[g] = count;
+  counts[g] = raster::unmasked_tiles(
+      raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y), mask,
+      tiles_x);
 }
 
 // One thread per Gaussian: key tile << 32 | rank and value g for each of its intersections,
@@ -62,7 +44,8 @@ __global__ void fill_kernel(int64_t n, int64_t tile_size, int64_t tiles_x, int64
                             int64_t* __restrict__ values) {       // [M]
   const int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (g >= n) return;
-  const raster::TileRect r = rect_of(means, radii, depths, g, tile_size, tiles_x, tiles_y);
+  const raster::TileRect r =
+      raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y);
   int64_t k = g == 0 ? 0 : ends[g - 1];
   const int64_t rank = ranks[g];
   for (int64_t ty = r.y0; ty < r.y1; ++ty)

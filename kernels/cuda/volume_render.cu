@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "kernels/tensor_args.h"
 #include "kernels/volume_render.h"
 
 namespace tessera::kernels::cuda {
@@ -138,15 +139,6 @@ __global__ void volume_render_bwd_kernel(
 
 unsigned blocks_for(int64_t num_rays) {
   return static_cast<unsigned>((num_rays + kThreadsPerBlock - 1) / kThreadsPerBlock);
-}
-
-template <typename scalar_t>
-const scalar_t* optional_ptr(const torch::Tensor& t) {
-  return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
-}
-
-torch::Tensor contiguous_or_undefined(const torch::Tensor& t) {
-  return t.defined() ? t.contiguous() : t;
 }
 
 // Launchers: the stream is explicit; nothing is launched for R == 0.

@@ -9,6 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "framework/hashing.h"
+
 namespace tessera::models::gaussians {
 namespace {
 
@@ -26,14 +28,6 @@ constexpr double kCellGrowth = 1.25;  // cell side growth while the grid is too 
 constexpr double kBoundSlack = 1e-7;
 constexpr int64_t kKnnGrain = 256;  // points per parallel_for task
 
-uint64_t mix64(uint64_t x) {
-  // splitmix64 finalizer (Steele et al. 2014): bijective, full avalanche.
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 void check_rows(const torch::Tensor& t, const char* name, int64_t n,
                 std::initializer_list<int64_t> tail) {
   std::vector<int64_t> want{n};
@@ -47,9 +41,7 @@ void check_rows(const torch::Tensor& t, const char* name, int64_t n,
 }  // namespace
 
 uint64_t hash_values(std::initializer_list<uint64_t> values) {
-  uint64_t h = 0x6761757373ull;  // "gauss"
-  for (uint64_t v : values) h = mix64(h ^ mix64(v));
-  return h;
+  return chain_hash(0x6761757373ull, values);  // "gauss"
 }
 
 double uniform_from_hash(uint64_t h) {
@@ -58,8 +50,8 @@ double uniform_from_hash(uint64_t h) {
 }
 
 double normal_from_hash(uint64_t h) {
-  const double u1 = uniform_from_hash(mix64(h ^ 0x1ull));
-  const double u2 = uniform_from_hash(mix64(h ^ 0x2ull));
+  const double u1 = uniform_from_hash(splitmix64(h ^ 0x1ull));
+  const double u2 = uniform_from_hash(splitmix64(h ^ 0x2ull));
   return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);  // 1 - u1 in (0, 1]
 }
 

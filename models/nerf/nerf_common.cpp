@@ -5,19 +5,12 @@
 
 #include <cmath>
 
+#include "framework/hashing.h"
+
 namespace tessera::models::nerf {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 uint64_t hash_values(std::initializer_list<uint64_t> values) {
-  uint64_t h = 0x7465737365726100ull;  // "tessera"
-  for (uint64_t v : values) h = mix64(h ^ mix64(v));
-  return h;
+  return chain_hash(0x7465737365726100ull, values);  // "tessera"
 }
 
 float uniform_from_hash(uint64_t h) {

@@ -17,9 +17,7 @@ enum class RandomPurpose : uint64_t {
   kSampleJitter = 0x6a697474,   // stratified sample jitter of nerf-mlp
 };
 
-// splitmix64 finalizer (Steele et al. 2014): a bijective 64-bit mix with full avalanche.
-uint64_t mix64(uint64_t x);
-// Chains mix64 over the values: a pure function of the whole list, order-sensitive.
+// chain_hash (framework/hashing.h) over the values from the NeRF models' domain constant.
 uint64_t hash_values(std::initializer_list<uint64_t> values);
 // The top 24 bits of h as a float in [0, 1) (exact in float32).
 float uniform_from_hash(uint64_t h);
