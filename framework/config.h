@@ -24,6 +24,10 @@ struct DataConfig {
 // [model] — which model to train (looked up by name in the model registry).
 struct ModelConfig {
   std::string name;
+  // `nerf-hash` only (docs/nerf.md): the hash grid's size.
+  int64_t hash_levels = 0;
+  int64_t hash_log2_size = 0;
+  int64_t hash_max_resolution = 0;
   // `gaussians` only (docs/gaussians.md):
   int64_t views_per_step = 1;
   double resolution_scale = 1.0;
@@ -31,6 +35,7 @@ struct ModelConfig {
   int64_t resolution_schedule = 0;
   int64_t views_per_pass = 0;         // 0 = from the [checkpoint] budget
   std::string init_ply;               // "" = the dataset's points
+  int64_t random_count = 0;           // random Gaussians when the dataset has no points
   int64_t densify_from = 0;
   int64_t densify_until = 0;
   int64_t densify_every = 0;
@@ -52,6 +57,8 @@ struct TrainConfig {
   int64_t log_every = 0;      // steps between progress lines and metrics records
   double adam_eps = 0.0;      // Adam's epsilon
   int64_t max_skipped_steps = 0;  // consecutive non-finite steps that stop the run
+  std::string background;     // random | dataset: training background where the data has alpha
+  int64_t check_learning_after = 0;  // steps after which a loss that has not improved is warned of
 };
 
 // [sampling] — dynamic sampling: the fraction of training rays drawn per epoch.

@@ -110,6 +110,15 @@ const std::vector<KeySpec>& schema() {
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
           .defaults_to("nerf-hash")
           .doc("Model to train: a registered NeRF model (nerf-hash, nerf-mlp) or `gaussians` (3DGS, docs/gaussians.md)."),
+      key("model", "hash_levels", [](auto& c) -> auto& { return c.model.hash_levels; })
+          .defaults_to(12).range(1, 32)
+          .doc("`nerf-hash`: levels L of the multiresolution hash grid (instant-ngp: 16)."),
+      key("model", "hash_log2_size", [](auto& c) -> auto& { return c.model.hash_log2_size; })
+          .defaults_to(15).range(10, 24)
+          .doc("`nerf-hash`: log2 of the rows T per level (instant-ngp: 19); the table holds L * T * 2 parameters."),
+      key("model", "hash_max_resolution", [](auto& c) -> auto& { return c.model.hash_max_resolution; })
+          .defaults_to(256).range(16, 1 << 16)
+          .doc("`nerf-hash`: the finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene); about 2x the image side resolves what the images show (instant-ngp: 2048)."),
       key("model", "views_per_step", [](auto& c) -> auto& { return c.model.views_per_step; })
           .defaults_to(1).range(1, 4096)
           .doc("`gaussians`: training views per step (the view batch); learning rates scale with its square root."),
@@ -128,6 +137,9 @@ const std::vector<KeySpec>& schema() {
       key("model", "init_ply", [](auto& c) -> auto& { return c.model.init_ply; })
           .defaults_to("")
           .doc("`gaussians`: start from this INRIA-layout .ply (e.g. `tessera export`) instead of the dataset's points."),
+      key("model", "random_count", [](auto& c) -> auto& { return c.model.random_count; })
+          .defaults_to(100000).range(1, int64_t{1} << 31)
+          .doc("`gaussians`: Gaussians drawn at random when the dataset has no points (no SfM points, no `init_ply`): in the scene bounds, and half of them out to the scene extent for an unbounded capture (docs/gaussians.md)."),
       key("model", "densify_from", [](auto& c) -> auto& { return c.model.densify_from; })
           .defaults_to(500).at_least(0)
           .doc("`gaussians`: densify after this step ..."),
@@ -179,6 +191,12 @@ const std::vector<KeySpec>& schema() {
       key("train", "max_skipped_steps", [](auto& c) -> auto& { return c.train.max_skipped_steps; })
           .defaults_to(100).range(1, kMaxTrainSteps)
           .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
+      key("train", "background", [](auto& c) -> auto& { return c.train.background; })
+          .defaults_to("random").one_of({"random", "dataset"})
+          .doc("NeRF, datasets with alpha: `random` composites each training ray's target over a random color and renders over the same one (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; `dataset` uses the dataset's background. No effect without alpha; eval always uses the dataset's background."),
+      key("train", "check_learning_after", [](auto& c) -> auto& { return c.train.check_learning_after; })
+          .defaults_to(300).range(0, kMaxTrainSteps)
+          .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the first 50; 0 = never."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
           .doc("Schedule of the sampling rate, the fraction of training rays (NeRF) or views (`gaussians`) drawn per epoch."),

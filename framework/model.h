@@ -13,6 +13,7 @@
 #include "distributed/communicator.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
+#include "framework/data/scene.h"
 
 namespace tessera {
 
@@ -30,7 +31,7 @@ struct RayBatch {
   torch::Tensor far;         // [R] float32, ray end distance
   torch::Tensor target_rgb;  // [R, 3] float32 in [0, 1], composited over `background`; undefined
                              // when rendering without a target
-  torch::Tensor background;  // [3] float32 in [0, 1]
+  torch::Tensor background;  // [3] float32 in [0, 1], or [R, 3] per ray (random backgrounds)
   torch::Tensor ray_ids;     // [R] int64: each ray's index in the step's global batch (seeds
                              // per-ray randomness such as sample jitter)
 };
@@ -54,10 +55,18 @@ struct StepContext {
 
 // What a factory gets besides the config: the scene's geometry and the device.
 struct ModelContext {
-  std::array<double, 6> scene_bounds{};  // xmin, ymin, zmin, xmax, ymax, zmax
+  std::array<double, 6> scene_bounds{};  // xmin, ymin, zmin, xmax, ymax, zmax: the foreground
+  // Everything the cameras see; beyond scene_bounds on some side for unbounded real captures
+  // (data::SceneMeta::scene_extent). All zero = scene_bounds.
+  std::array<double, 6> scene_extent{};
   double near = 0.0;
   double far = 0.0;
   torch::Device device = torch::kCPU;
+
+  // The scene's geometry from a dataset's root attributes.
+  static ModelContext from_scene(const data::SceneMeta& meta, torch::Device device);
+  // scene_extent reaches beyond scene_bounds on some side.
+  bool unbounded() const;
 };
 
 class Model {

@@ -6,6 +6,23 @@
 
 namespace tessera {
 
+ModelContext ModelContext::from_scene(const data::SceneMeta& meta, torch::Device device) {
+  ModelContext context;
+  context.scene_bounds = meta.scene_bounds;
+  context.scene_extent = meta.scene_extent;
+  context.near = meta.near;
+  context.far = meta.far;
+  context.device = device;
+  return context;
+}
+
+bool ModelContext::unbounded() const {
+  if (scene_extent == std::array<double, 6>{}) return false;
+  for (int a = 0; a < 3; ++a)
+    if (scene_extent[a] < scene_bounds[a] || scene_extent[a + 3] > scene_bounds[a + 3]) return true;
+  return false;
+}
+
 void ModelRegistry::add(const std::string& name, ModelFactory factory) {
   if (contains(name)) throw std::logic_error("model '" + name + "' registered twice");
   factories_.emplace_back(name, std::move(factory));

@@ -1,18 +1,42 @@
 // RaySampler: epochs of the sampling schedule, the per-epoch shuffled pixel pool, batches of
-// pixel ids and their rays (pinhole OpenCV cameras; docs/training_loop.md).
+// pixel ids and their rays (OpenCV cameras with lens distortion; docs/training_loop.md).
 #include "framework/ray_sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "distributed/errors.h"
+#include "framework/data/lens.h"
 #include "framework/hashing.h"
 
 namespace tessera {
 
 namespace {
+
+// Rays per at::parallel_for task when undistorting: a Newton solve costs ~100 flops, so smaller
+// tasks would spend more on scheduling than on work.
+constexpr int64_t kRaysPerUndistortTask = 2048;
+
+// Replaces the distorted normalized coordinates (dx, dy) of each ray by the undistorted ones of
+// its camera (data::undistort); rays of cameras without distortion are left exactly as they are.
+void undistort_in_place(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,
+                        torch::Tensor* dx, torch::Tensor* dy) {  // [R] int64, [R] f64, [R] f64
+  *dx = dx->contiguous(), *dy = dy->contiguous();
+  const torch::Tensor index = camera.to(torch::kInt64).contiguous();
+  const int64_t* cam = index.data_ptr<int64_t>();
+  double* xs = dx->data_ptr<double>();
+  double* ys = dy->data_ptr<double>();
+  at::parallel_for(0, dx->numel(), kRaysPerUndistortTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const data::Camera& c = cameras[static_cast<size_t>(cam[i])];
+      if (data::has_distortion(c)) data::undistort(c, xs[i], ys[i], &xs[i], &ys[i]);
+    }
+  });
+}
 
 }  // namespace
 
@@ -39,8 +63,10 @@ void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& c
   }
   const torch::Tensor in = intr.index_select(0, camera);  // [R, 4]
   const torch::Tensor p = pose.index_select(0, camera);   // [R, 3, 4]
-  const torch::Tensor dx = (x.to(torch::kFloat64) + 0.5 - in.select(1, 2)) / in.select(1, 0);
-  const torch::Tensor dy = (y.to(torch::kFloat64) + 0.5 - in.select(1, 3)) / in.select(1, 1);
+  torch::Tensor dx = (x.to(torch::kFloat64) + 0.5 - in.select(1, 2)) / in.select(1, 0);  // [R]
+  torch::Tensor dy = (y.to(torch::kFloat64) + 0.5 - in.select(1, 3)) / in.select(1, 1);  // [R]
+  if (std::any_of(cameras.begin(), cameras.end(), data::has_distortion))
+    undistort_in_place(cameras, camera, &dx, &dy);
   const torch::Tensor d_cam = torch::stack({dx, dy, torch::ones_like(dx)}, 1);  // [R, 3]
   torch::Tensor d = torch::bmm(p.narrow(2, 0, 3), d_cam.unsqueeze(2)).squeeze(2);
   d = d / d.norm(2, 1, true);
@@ -134,7 +160,7 @@ std::pair<int64_t, int64_t> RaySampler::rank_slice(int64_t rays, int rank, int s
 }
 
 RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
-                              torch::Device device) const {
+                              torch::Device device, int64_t step) const {
   const int64_t n = ids.size(0);
   // Image of each pixel id: the last offset <= id.
   const torch::Tensor image =
@@ -145,14 +171,27 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
   RayBatch batch;
   pixel_rays(cameras_, image, x, y, &batch.origins, &batch.directions);
   torch::Tensor rgb = rgb_.index_select(0, ids).to(torch::kFloat32) / 255.0f;
+  batch.background = background_.clone();
+  if (alpha_.defined() && options_.random_background && step >= 0) {
+    // One color per ray from (seed, step, ray id): the same on any rank and batch split.
+    batch.background = torch::empty({n, 3}, torch::kFloat32);
+    float* bg = batch.background.data_ptr<float>();
+    constexpr float kInv2Pow21 = 1.0f / 2097152.0f;  // three 21-bit channels of one hash
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t h = hash_seed(options_.seed, static_cast<uint64_t>(step) *
+                                       static_cast<uint64_t>(options_.rays_per_step) +
+                                       static_cast<uint64_t>(first_ray_id + i), "background");
+      for (int c = 0; c < 3; ++c)
+        bg[i * 3 + c] = static_cast<float>((h >> (21 * c)) & 0x1FFFFF) * kInv2Pow21;
+    }
+  }
   if (alpha_.defined()) {
     const torch::Tensor a = alpha_.index_select(0, ids).to(torch::kFloat32).unsqueeze(1) / 255.0f;
-    rgb = rgb * a + background_.unsqueeze(0) * (1.0f - a);
+    rgb = rgb * a + batch.background.reshape({-1, 3}) * (1.0f - a);
   }
   batch.target_rgb = rgb;
   batch.near = torch::full({n}, static_cast<float>(near_));
   batch.far = torch::full({n}, static_cast<float>(far_));
-  batch.background = background_.clone();
   batch.ray_ids = torch::arange(first_ray_id, first_ray_id + n, torch::kInt64);
   for (torch::Tensor* t : {&batch.origins, &batch.directions, &batch.near, &batch.far,
                            &batch.target_rgb, &batch.background, &batch.ray_ids})
@@ -162,7 +201,7 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
 
 RayBatch RaySampler::rank_batch(int64_t step, int rank, int size, torch::Device device) {
   const auto [begin, end] = rank_slice(options_.rays_per_step, rank, size);
-  return rays_for(global_batch(step).narrow(0, begin, end - begin), begin, device);
+  return rays_for(global_batch(step).narrow(0, begin, end - begin), begin, device, step);
 }
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
 // The global ray batch of a NeRF step as a pure function of (seed, step, sampling schedule), its
-// per-rank slice, and the pixel -> ray math of OpenCV pinhole cameras (DESIGN.md §3, invariant 1).
+// per-rank slice, and the pixel -> ray math of OpenCV cameras (DESIGN.md §3, invariant 1).
 #pragma once
 
 #include <torch/torch.h>
@@ -18,7 +18,9 @@ namespace tessera {
 uint64_t hash_seed(uint64_t seed, uint64_t index, const char* purpose);
 
 // Rays through pixel centers (x + 0.5, y + 0.5) of OpenCV cameras (x right, y down, z forward).
-// Lens distortion is ignored (pinhole). Directions are unit length; computed in float64.
+// Lens distortion (k1, k2, p1, p2) is honored: each pixel's normalized coordinates are undistorted
+// (data::undistort, framework/data/lens.h) before the direction is built; when no camera has
+// distortion the pinhole path runs unchanged. Directions are unit length; computed in float64.
 // x, y: [R] int64 pixel coordinates; camera: [R] int64 index into `cameras`.
 void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,  // [R]
                 const torch::Tensor& x, const torch::Tensor& y,                          // [R], [R]
@@ -27,6 +29,9 @@ void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& c
 struct RaySamplerOptions {
   int64_t rays_per_step = 4096;  // global batch size R, the same on every rank
   uint64_t seed = 0;
+  // Datasets with alpha: each training ray gets its own random background color, a pure function
+  // of (seed, step, ray id), composited into its target and given to the model ([R, 3]).
+  bool random_background = false;
 };
 
 // One epoch of the sampling schedule: a random pool of ceil(rate * P) pixels, in shuffled order.
@@ -58,7 +63,9 @@ class RaySampler {
   // The slice [rank*R/size, (rank+1)*R/size) of the global batch.
   static std::pair<int64_t, int64_t> rank_slice(int64_t rays, int rank, int size);
   // Rays, targets and ray ids (index in the global batch) of `ids` = global_batch(step)[begin:end].
-  RayBatch rays_for(const torch::Tensor& ids, int64_t first_ray_id, torch::Device device) const;
+  // `step` >= 0 draws random backgrounds (when enabled and the data has alpha); -1 never does.
+  RayBatch rays_for(const torch::Tensor& ids, int64_t first_ray_id, torch::Device device,
+                    int64_t step = -1) const;
   // Rays of this rank for `step`: rays_for(global_batch(step)[slice], slice.first).
   RayBatch rank_batch(int64_t step, int rank, int size, torch::Device device);
 

@@ -64,6 +64,7 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
   RaySamplerOptions so;
   so.rays_per_step = options_.rays_per_step;
   so.seed = options_.seed;
+  so.random_background = options_.random_background;
   sampler_ = std::make_unique<RaySampler>(
       scene_, so, [this](int64_t step) { return sampling_.at(step); });
 
@@ -103,6 +104,7 @@ StepResult Trainer::train_step(int64_t step) {
 
   optimizer_->zero_grad(/*set_to_none=*/true);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  int64_t samples = 0;
   for (int64_t k = 0; k < k_count; ++k) {
     const int64_t begin = local * k / k_count, end = local * (k + 1) / k_count;
     RayBatch micro;
@@ -111,12 +113,14 @@ StepResult Trainer::train_step(int64_t step) {
     micro.near = batch.near.narrow(0, begin, end - begin);
     micro.far = batch.far.narrow(0, begin, end - begin);
     micro.target_rgb = batch.target_rgb.narrow(0, begin, end - begin);
-    micro.background = batch.background;
+    micro.background = batch.background.dim() == 2 ? batch.background.narrow(0, begin, end - begin)
+                                                   : batch.background;
     micro.ray_ids = batch.ray_ids.narrow(0, begin, end - begin);
     torch::Tensor sq;
     {
       AutocastScope autocast(options_.precision, device_);
       const RenderResult out = model_.render(micro, ctx);
+      samples += out.samples;
       sq = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum();
     }
     torch::Tensor loss = sq / norm;
@@ -160,6 +164,7 @@ StepResult Trainer::train_step(int64_t step) {
   model_.after_step(ctx, comm_);
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.samples_per_ray = local > 0 ? static_cast<double>(samples) / static_cast<double>(local) : 0.0;
   return result;
 }
 

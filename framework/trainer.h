@@ -53,6 +53,10 @@ struct TrainerOptions {
   // run() returns after this many steps (snapshot written) as if interrupted; -1 = `steps`.
   int64_t stop_after = -1;
   int64_t max_skipped_steps = 100;    // consecutive non-finite steps that stop the run (error)
+  bool random_background = false;     // datasets with alpha: random training backgrounds
+  // A run whose loss has not improved after this many steps gets a warning naming the likely
+  // causes (framework/learning_check.h; 0 = never).
+  int64_t not_learning_steps = 300;
   distributed::GradientSyncOptions grad_sync;
 };
 
@@ -65,6 +69,8 @@ struct StepResult {
   double loss_scale = 1.0;
   bool skipped = false;  // non-finite gradient somewhere: no rank updated
   double seconds = 0.0;  // wall time of the step on this rank
+  double samples_per_ray = 0.0;  // samples the model evaluated per ray on this rank (rank 0's
+                                 // in metrics.jsonl): what empty-space skipping leaves
 };
 
 struct EvalResult {

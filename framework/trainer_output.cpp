@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
+#include "framework/learning_check.h"
 #include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
@@ -53,9 +54,12 @@ TrainSummary Trainer::run() {
                                                  : options_.steps;
   int64_t snapshot_step = -1;
   bool stopped_by_signal = false;
+  LearningCheck learning(options_.not_learning_steps, "nerf");
   for (int64_t step = first; step < until; ++step) {
     last = train_step(step);
     ++window_steps;
+    if (const auto warning = learning.observe(step, last.loss); warning && comm_.rank() == 0)
+      spdlog::warn("step {}: {}", step + 1, *warning);
     const int64_t done = step + 1;
     if (consecutive_skips_ >= options_.max_skipped_steps) {
       const auto newest =
@@ -136,6 +140,7 @@ void Trainer::log_step(const StepResult& r, const EvalResult* eval, double rays_
     j["loss_scale"] = r.loss_scale;
     j["skipped"] = r.skipped;
     j["rays_per_s"] = rays_per_s;
+    j["samples_per_ray"] = r.samples_per_ray;
     j["peak_mem_bytes"] = peak_bytes;
     if (eval) {
       j["eval_psnr"] = eval->psnr;
@@ -150,9 +155,11 @@ void Trainer::log_step(const StepResult& r, const EvalResult* eval, double rays_
   const double eta = done > 0 ? elapsed / done * (options_.steps - done) : 0.0;
   char line[256];
   std::snprintf(line, sizeof(line),
-                "step %lld/%lld loss %.5f psnr %.1f rays/s %s mem %lld MiB rate %.2f lr %.1e eta %s",
+                "step %lld/%lld loss %.5f psnr %.1f rays/s %s spr %.0f mem %lld MiB rate %.2f lr %.1e "
+                "eta %s",
                 static_cast<long long>(done), static_cast<long long>(options_.steps), r.loss, psnr,
-                format_rate(rays_per_s).c_str(), static_cast<long long>(peak_bytes >> 20),
+                format_rate(rays_per_s).c_str(), r.samples_per_ray,
+                static_cast<long long>(peak_bytes >> 20),
                 r.sampling_rate, r.lr, log::format_duration(eta).c_str());
   std::string text = line;
   if (eval && eval->views > 0) {

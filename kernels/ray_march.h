@@ -20,6 +20,12 @@ struct RayMarchParams {
   float max_step = std::numeric_limits<float>::infinity();
   // Samples kept per ray at most; marching stops once a ray has this many.
   int64_t max_samples_per_ray = 1024;
+  // Unbounded scenes (mip-NeRF 360's scene contraction, L-inf as in nerfacto): the occupancy grid
+  // covers the contracted space [-2, 2]^3 instead of the aabb. A point p is looked up at
+  // contract(p) = p where |p|_inf <= 1, else (2 - 1 / |p|_inf) p / |p|_inf, so the grid is fine
+  // around the foreground [-1, 1]^3 and ever coarser (in world units) out to infinity. The aabb
+  // then only clips the rays (pass the whole extent the cameras see).
+  bool contract = false;
 };
 
 // Packed samples: ray r owns samples [ray_offsets[r], ray_offsets[r+1]), in increasing t.
@@ -47,7 +53,9 @@ struct RayMarchOutput {
 //     is occupied; stop once max_samples_per_ray are kept; t = t_next.
 //     With constant dt and exact arithmetic a fully occupied box gives floor((t_end - t_start)/dt)
 //     samples; in float, t accumulates by repeated addition, as in instant-ngp.
-//  5. Cell of a point p: c_a = clamp(floor((p_a - lo_a) * (G_a / (hi_a - lo_a))), 0, G_a - 1),
+//  5. Cell of a point p (of contract(p) with params.contract, the grid then spanning [-2, 2]^3;
+//     contract computes m = max_a |p_a| and, when m > 1, s = (2 - 1 / m) / m and p_a * s):
+//     c_a = clamp(floor((p_a - lo_a) * (G_a / (hi_a - lo_a))), 0, G_a - 1),
 //     where G_a / (hi_a - lo_a) is computed once in float. Occupancy is indexed [x][y][z]:
 //     occupancy[c_x][c_y][c_z] != 0 means occupied (instant-ngp stores Morton order; convert).
 // Rays with a non-finite origin or direction component, a zero direction, or a NaN near or far

@@ -140,11 +140,7 @@ std::unique_ptr<Model> create_model(const std::string& name, const data::SceneRe
   Config config;
   config.model.name = name;
   config.run.seed = static_cast<int64_t>(seed);
-  ModelContext context;
-  context.scene_bounds = scene.meta().scene_bounds;
-  context.near = scene.meta().near;
-  context.far = scene.meta().far;
-  context.device = device;
+  const ModelContext context = ModelContext::from_scene(scene.meta(), device);
   return registry.create(config, context);
 }
 

@@ -107,7 +107,20 @@ Command add_convert_command(CLI::App& app) {
                                  "Import, COLMAP: the folder of the images the model names "
                                  "(default: INPUT/images)")
                      ->type_name("DIR");
-  for (auto* import_only : {downscale, split_every, images}) to->excludes(import_only);
+  auto* images_scaled =
+      sub->add_flag("--images-scaled", options->import.images_scaled,
+                    "Import, nerfstudio/instant-ngp and COLMAP: the images were resized from the "
+                    "size the file gives (e.g. a folder downscaled by 4); scale each camera's "
+                    "intrinsics to its image (exactly 1/K for a K-fold downscale) instead of "
+                    "refusing it; an aspect change is still refused. --downscale applies on top. "
+                    "No effect on Blender, whose sizes come from the images");
+  auto* keep = sub->add_flag(
+      "--keep-coordinates", [options](int64_t) { options->import.normalize = false; },
+      "Import, nerfstudio/instant-ngp and COLMAP: keep the capture's own coordinates instead of "
+      "centering and scaling the scene into the canonical box the models expect (default: "
+      "normalize and record the transform; docs/datasets.md, \"Scene normalization\")");
+  for (auto* import_only : {downscale, split_every, images, images_scaled, keep})
+    to->excludes(import_only);
   return {sub, [options, out, to] {
             if (to->count() > 0) return run_export(*options);
             if (out->count() == 0)

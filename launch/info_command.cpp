@@ -163,6 +163,15 @@ void print_summary(const data::SceneReader& scene, std::ostream& out) {
   const auto& b = meta.scene_bounds;
   line("scene bounds:", "[" + number(b[0]) + ", " + number(b[1]) + ", " + number(b[2]) + "] .. [" +
                             number(b[3]) + ", " + number(b[4]) + ", " + number(b[5]) + "]");
+  const auto& e = meta.scene_extent;
+  if (meta.unbounded())
+    line("scene extent:", "[" + number(e[0]) + ", " + number(e[1]) + ", " + number(e[2]) + "] .. [" +
+                              number(e[3]) + ", " + number(e[4]) + ", " + number(e[5]) +
+                              "] (unbounded: backgrounds beyond the bounds)");
+  if (meta.capture_scale != 1.0 || meta.capture_offset != std::array<double, 3>{0, 0, 0})
+    line("normalized:", "world = " + number(meta.capture_scale) + " * capture + (" +
+                            number(meta.capture_offset[0]) + ", " + number(meta.capture_offset[1]) +
+                            ", " + number(meta.capture_offset[2]) + ")");
   line("near / far:", number(meta.near) + " / " + number(meta.far));
   line("background:", "(" + number(meta.background[0]) + ", " + number(meta.background[1]) +
                           ", " + number(meta.background[2]) + ")");

@@ -46,6 +46,8 @@ TrainerOptions trainer_options(const Config& config) {
   o.check_agreement = config.distributed.check_agreement;
   o.adam_eps = config.train.adam_eps;
   o.max_skipped_steps = config.train.max_skipped_steps;
+  o.random_background = config.train.background == "random";
+  o.not_learning_steps = config.train.check_learning_after;
   o.snapshot_every = config.snapshot.every;
   o.snapshot_keep = config.snapshot.keep;
   o.snapshot_parallel = config.snapshot.parallel;
@@ -86,12 +88,7 @@ RestoredRun restore_run(const std::string& snapshot, const std::vector<std::stri
     run.gaussians->load_snapshot(snapshot);
     return run;
   }
-  ModelContext mc;
-  mc.scene_bounds = run.scene->meta().scene_bounds;
-  mc.near = run.scene->meta().near;
-  mc.far = run.scene->meta().far;
-  mc.device = device;
-  run.model = registry.create(run.config, mc);
+  run.model = registry.create(run.config, ModelContext::from_scene(run.scene->meta(), device));
   TrainerOptions options = trainer_options(run.config);
   options.out_dir = "";      // eval and render write only what they are asked to
   options.progress = false;

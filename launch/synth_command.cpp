@@ -1,7 +1,9 @@
 // `tessera synth --preset NAME --out FILE.h5`: renders a procedural scene with the exact analytic
 // ray caster (framework/data/synth.h) into a tessera-scene dataset, with progress and a summary.
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -20,9 +22,31 @@ namespace synth = data::synth;
 struct SynthCommandOptions {
   synth::SynthOptions synth;
   std::string out;
+  std::string distortion;  // "K1,K2,P1,P2" as given; "" keeps pinhole cameras
 };
 
-int run_synth(const SynthCommandOptions& options) {
+// Parses `--distortion K1,K2,P1,P2`: exactly four numbers, comma-separated (spaces allowed).
+std::array<double, 4> parse_distortion(const std::string& text) {
+  const std::string usage = "--distortion expects four comma-separated numbers K1,K2,P1,P2 "
+                            "(OpenCV order), e.g. --distortion=-0.1,0.01,0,0; got '" + text + "'";
+  std::array<double, 4> values{};
+  size_t begin = 0;
+  for (int i = 0; i < 4; ++i) {
+    const size_t end = i < 3 ? text.find(',', begin) : text.size();
+    if (end == std::string::npos) throw UserError(usage);
+    const std::string field = text.substr(begin, end - begin);
+    char* stop = nullptr;
+    values[i] = std::strtod(field.c_str(), &stop);
+    while (stop && (*stop == ' ' || *stop == '\t')) ++stop;
+    if (field.find_first_not_of(" \t") == std::string::npos || stop != field.c_str() + field.size())
+      throw UserError(usage);
+    begin = end + 1;  // the last field runs to the end, so a fifth number fails above
+  }
+  return values;
+}
+
+int run_synth(SynthCommandOptions options) {
+  if (!options.distortion.empty()) options.synth.distortion = parse_distortion(options.distortion);
   synth::validate_options(options.synth);  // before any output or file is touched
   ensure_parent_folder(options.out, "--out");
   ProgressLine progress("synth:", "views");
@@ -69,6 +93,10 @@ Command add_synth_command(CLI::App& app) {
                   "(preset, views, size, seed)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--distortion", options->distortion,
+                  "Lens distortion of every camera, OpenCV K1,K2,P1,P2 (e.g. "
+                  "--distortion=-0.1,0.01,0,0): images are rendered through the distorted pixels, "
+                  "like a raw capture. It must be invertible over the whole image. Default: none");
   return {sub, [options] { return run_synth(*options); }};
 }
 

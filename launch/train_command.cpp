@@ -177,11 +177,7 @@ int run_train(const TrainOptions& options) {
     run.until = options.until;
     return run_gaussian_train(config, run, context, *comm, scene);
   }
-  ModelContext model_context;
-  model_context.scene_bounds = scene.meta().scene_bounds;
-  model_context.near = scene.meta().near;
-  model_context.far = scene.meta().far;
-  model_context.device = device;
+  const ModelContext model_context = ModelContext::from_scene(scene.meta(), device);
   std::unique_ptr<Model> model = registry.create(config, model_context);
   spdlog::info("model {} on {}, dataset {} ({} cameras), backend {}", model->name(), device.str(),
                config.data.path, scene.cameras().size(), distributed::to_string(comm->backend()));

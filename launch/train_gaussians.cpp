@@ -13,6 +13,7 @@
 
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
+#include "framework/learning_check.h"
 #include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/metrics.h"
@@ -38,6 +39,7 @@ gs::GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   o.densify.opacity_reset_every = config.model.opacity_reset_every;
   o.densify.seed = static_cast<uint64_t>(config.run.seed);
   o.init.seed = static_cast<uint64_t>(config.run.seed);
+  if (config.model.random_count > 0) o.init.random_count = config.model.random_count;
   o.sh_degree_interval = static_cast<int>(config.model.sh_degree_interval);
   // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
   o.sampling = sampling_options(config);
@@ -121,9 +123,12 @@ int run_gaussian_train(const Config& config, const GaussianRunOptions& run,
   auto window = std::chrono::steady_clock::now();
   int64_t window_steps = 0;
   double last_eval_psnr = 0, last_eval_ssim = 0;
+  LearningCheck learning(config.train.check_learning_after, "gaussians");
   for (int64_t t = first; t < until; ++t) {
     const gs::GaussianStepResult r = trainer.step(t);
     ++window_steps;
+    if (const auto warning = learning.observe(t, r.loss); warning && rank == 0)
+      spdlog::warn("step {}: {}", t + 1, *warning);
     const int64_t done = t + 1;
     const bool stopped = agree_stop(comm);  // one scalar allreduce per step
     const bool final_step = done == steps;

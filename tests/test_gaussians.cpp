@@ -299,6 +299,37 @@ TEST(GaussianInit, FromPointsAndRandom) {
   }
 }
 
+// Unbounded scenes: half of the random Gaussians fill the space between the bounds and the
+// extent, ever sparser outward (uniform in contracted space), none beyond the extent, and the
+// ones in the bounds are exactly those of a bounded init.
+TEST(GaussianInit, RandomInitOfAnUnboundedSceneReachesTheExtent) {
+  gs::InitOptions o;
+  o.random_count = 4000;
+  o.seed = 9;
+  const std::array<double, 6> b = {-1, -1, -1, 1, 1, 1};
+  const gs::GaussianParams bounded = gs::init_from_points({}, {}, b, o);
+  o.extent = std::array<double, 6>{-16, -16, -16, 16, 16, 16};
+  const gs::GaussianParams p = gs::init_from_points({}, {}, b, o);
+  ASSERT_EQ(p.size(), 4000);
+  const torch::Tensor reach = std::get<0>(p.means.abs().max(1));  // |mean|_inf
+  const torch::Tensor outside = reach > 1.0f;
+  const double share = outside.to(torch::kFloat64).mean().item<double>();
+  EXPECT_NEAR(share, 0.5, 0.05) << "kBackgroundShare of them between the bounds and the extent";
+  EXPECT_LE(reach.max().item<float>(), 16.0f + 1e-3f);
+  EXPECT_GT(reach.max().item<float>(), 8.0f) << "the shell reaches far out";
+  // Uniform in contracted space: the contracted radius r = 2 - 1/|p| is uniform in volume over
+  // (1, 2 - 1/16], so |p| < 2.3 (r < 1.565) holds (1.565^3 - 1) / (1.9375^3 - 1) = 45% of the
+  // shell; a fill uniform in world space would put under 1% there.
+  const torch::Tensor shell = reach.masked_select(outside);
+  const double inner = (shell < 2.3f).to(torch::kFloat64).mean().item<double>();
+  EXPECT_NEAR(inner, 0.452, 0.05);
+  // Rows that stayed in the bounds are the bounded init's rows.
+  const torch::Tensor inside = outside.logical_not();
+  EXPECT_TRUE(torch::equal(p.means.index({inside}), bounded.means.index({inside})));
+  const gs::GaussianParams again = gs::init_from_points({}, {}, b, o);
+  EXPECT_TRUE(torch::equal(p.means, again.means));
+}
+
 // Each rank builds only its slice of the initial set (from points, at random, or from a PLY):
 // the slices of 3 parts, concatenated, are the whole set bit for bit.
 TEST(GaussianInit, SlicesConcatenateToTheWholeSet) {

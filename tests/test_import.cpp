@@ -18,6 +18,7 @@
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
 #include "framework/data/import.h"
+#include "tests/pose_fixtures.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -28,7 +29,15 @@ using data::Camera;
 using data::Matrix4;
 using data::Split;
 using nlohmann::json;
-using Vec3 = std::array<double, 3>;
+using tessera::test::look_at_gl;
+using tessera::test::matrix_json;
+using tessera::test::Pixel;
+using tessera::test::project;
+using tessera::test::TempDir;
+using tessera::test::Vec3;
+using tessera::test::cross;
+using tessera::test::normalize;
+using tessera::test::sub;
 
 constexpr int kW = 16, kH = 12;            // fixture image size
 constexpr double kAngleX = 0.8;            // Blender camera_angle_x (radians)
@@ -37,33 +46,8 @@ constexpr double kPixelTolerance = 1e-7;   // projections of the same point thro
 
 // ---- Small geometry ------------------------------------------------------------------------------
 
-Vec3 sub(const Vec3& a, const Vec3& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }
-Vec3 cross(const Vec3& a, const Vec3& b) {
-  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
-}
-Vec3 normalize(const Vec3& a) {
-  const double n = std::sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2]);
-  return {a[0] / n, a[1] / n, a[2] / n};
-}
 
-// OpenGL camera-to-world looking from `eye` at `target` (camera -z forward, +y up).
-Matrix4 look_at_gl(const Vec3& eye, const Vec3& target, const Vec3& up = {0, 1, 0}) {
-  const Vec3 z = normalize(sub(eye, target)), x = normalize(cross(up, z)), y = cross(z, x);
-  return {x[0], y[0], z[0], eye[0], x[1], y[1], z[1], eye[1], x[2], y[2], z[2], eye[2], 0, 0, 0, 1};
-}
 
-struct Pixel {
-  double u, v, depth;
-};
-
-// The OpenCV projection the dataset promises: x_cam = R^T (X - t), u = fx x/z + cx, v = fy y/z + cy.
-Pixel project(const Camera& c, const Vec3& X) {
-  const auto& m = c.camera_to_world;
-  const Vec3 d = {X[0] - m[3], X[1] - m[7], X[2] - m[11]};
-  double p[3];
-  for (int j = 0; j < 3; ++j) p[j] = m[j] * d[0] + m[4 + j] * d[1] + m[8 + j] * d[2];
-  return {c.fx * p[0] / p[2] + c.cx, c.fy * p[1] / p[2] + c.cy, p[2]};
-}
 
 // The same point through an OpenGL camera (looks down -z, y up): an independent route.
 Pixel project_gl(const Matrix4& m, double fx, double fy, double cx, double cy, const Vec3& X) {
@@ -116,28 +100,7 @@ void write_text(const std::string& path, const std::string& text) {
 
 void write_json(const std::string& path, const json& j) { write_text(path, j.dump(2)); }
 
-json matrix_json(const Matrix4& m) {
-  json rows = json::array();
-  for (int r = 0; r < 4; ++r) rows.push_back({m[r * 4], m[r * 4 + 1], m[r * 4 + 2], m[r * 4 + 3]});
-  return rows;
-}
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::path(testing::TempDir()) / "tessera_import_XXXXXX").string();
-    std::vector<char> buffer(pattern.begin(), pattern.end());
-    buffer.push_back('\0');
-    if (!mkdtemp(buffer.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = buffer.data();
-  }
-  ~TempDir() { tessera::test::remove_tree(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // ---- Fixtures ------------------------------------------------------------------------------------
 
@@ -329,6 +292,13 @@ void expect_convert_fails(const TempDir& tmp, const std::string& input,
   expect_user_error([&] { data::write_scene(data::read_source(input, options), out); }, needles);
   EXPECT_FALSE(fs::exists(out)) << out;
   EXPECT_TRUE(fs::is_empty(out_dir)) << "something was left in " << out_dir;
+}
+
+// Options that keep the fixture's own coordinates, so that its known points apply as they are
+// (the pose-convention tests; the normalization has tests of its own in test_normalization).
+data::ImportOptions keep_coordinates(data::ImportOptions options = {}) {
+  options.normalize = false;
+  return options;
 }
 
 std::array<double, 8> intrinsics_of(const Camera& c) {
@@ -565,7 +535,7 @@ TEST(Transforms, NerfstudioIntrinsicsOverridesDistortionAndEveryNthSplit) {
                                         {"cx", 8.25}, {"cy", 5.75}, {"w", kW}, {"h", kH},
                                         {"k1", 0.1}, {"k2", -0.05}, {"frames", frames}});
   EXPECT_EQ(data::detect_format(dir), data::SourceFormat::Transforms);
-  data::ImportOptions options;
+  data::ImportOptions options = keep_coordinates();
   options.split_every = 3;
   const auto scene = data::read_source(dir, options);
   ASSERT_EQ(scene.cameras.size(), 7u);
@@ -590,11 +560,12 @@ TEST(Transforms, NerfstudioIntrinsicsOverridesDistortionAndEveryNthSplit) {
   expect_gl_projections(scene.cameras, poses);
   EXPECT_FALSE(scene.has_alpha);
   EXPECT_EQ(scene.meta.source.rfind("nerfstudio:", 0), 0u) << scene.meta.source;
-  // No points and no aabb_scale: bounds from the camera centers, which they must hold.
+  // No points and no aabb_scale: an unbounded capture whose extent holds every camera.
+  EXPECT_TRUE(scene.meta.unbounded());
   for (const Camera& c : scene.cameras)
     for (int a = 0; a < 3; ++a) {
-      EXPECT_GT(c.camera_to_world[a * 4 + 3], scene.meta.scene_bounds[a]);
-      EXPECT_LT(c.camera_to_world[a * 4 + 3], scene.meta.scene_bounds[a + 3]);
+      EXPECT_GT(c.camera_to_world[a * 4 + 3], scene.meta.scene_extent[a]);
+      EXPECT_LT(c.camera_to_world[a * 4 + 3], scene.meta.scene_extent[a + 3]);
     }
   EXPECT_GT(scene.meta.near, 0);
   EXPECT_GT(scene.meta.far, scene.meta.near);
@@ -615,7 +586,7 @@ TEST(Transforms, InstantNgpCameraAngleSizeFromImageAndAabbScale) {
     frames.push_back({{"file_path", (i == 1 ? "./" : "") + name}, {"transform_matrix", matrix_json(poses[i])}});
   }
   write_json(dir + "/transforms.json", {{"camera_angle_x", 0.9}, {"aabb_scale", 4}, {"frames", frames}});
-  const auto scene = data::read_source(dir);
+  const auto scene = data::read_source(dir, keep_coordinates());
   ASSERT_EQ(scene.cameras.size(), 3u);
   const double f = 0.5 * kW / std::tan(0.45);
   for (const Camera& c : scene.cameras) {
@@ -626,7 +597,14 @@ TEST(Transforms, InstantNgpCameraAngleSizeFromImageAndAabbScale) {
     EXPECT_EQ(c.width, kW);
     EXPECT_EQ(c.height, kH);
   }
-  EXPECT_EQ(scene.meta.scene_bounds, (std::array<double, 6>{-2, -2, -2, 2, 2, 2}));
+  // instant-ngp's meaning, in the file's units: its unit cube (x * 0.33 + 0.5 in [0, 1]) is the
+  // foreground, aabb_scale times it the extent.
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_DOUBLE_EQ(scene.meta.scene_bounds[a], -0.5 / 0.33);
+    EXPECT_DOUBLE_EQ(scene.meta.scene_bounds[a + 3], 0.5 / 0.33);
+    EXPECT_DOUBLE_EQ(scene.meta.scene_extent[a], -2.0 / 0.33);
+    EXPECT_DOUBLE_EQ(scene.meta.scene_extent[a + 3], 2.0 / 0.33);
+  }
   EXPECT_NE(scene.meta.source.find("instant-ngp:"), std::string::npos) << scene.meta.source;
   EXPECT_NE(scene.meta.source.find("aabb_scale=4"), std::string::npos) << scene.meta.source;
   expect_gl_projections(scene.cameras, poses);
@@ -685,6 +663,8 @@ TEST(Colmap, TextAndBinaryGiveIdenticalScenes) {
   EXPECT_TRUE(torch::equal(text.points_xyz, binary.points_xyz));
   EXPECT_TRUE(torch::equal(text.points_rgb, binary.points_rgb));
   EXPECT_EQ(text.meta.scene_bounds, binary.meta.scene_bounds);
+  EXPECT_EQ(text.meta.capture_scale, binary.meta.capture_scale);
+  EXPECT_EQ(text.meta.capture_offset, binary.meta.capture_offset);
 
   // Sorted by name; d.jpg uses the second (PINHOLE, 32x12) camera; default split: index 0 is val.
   const std::vector<std::string> names = {"a.png", "c.png", "d.jpg", "e.png", "sub/b.png"};
@@ -698,20 +678,20 @@ TEST(Colmap, TextAndBinaryGiveIdenticalScenes) {
   EXPECT_EQ(intrinsics_of(d), (std::array<double, 8>{20, 21, 16, 6, 0, 0, 0, 0}));
   const Camera& a = text.cameras[0];
   EXPECT_EQ(intrinsics_of(a), (std::array<double, 8>{14, 15, 8.5, 5.5, 0.01, -0.02, 0.001, 0.002}));
-  // Points: all 301 kept; the bounds ignore the stray one and hold the cube [-1, 1]^3.
+  // Points: all 301 kept, normalized with the cameras; the extent holds the bulk of them and
+  // ignores the stray one (a box 1000 units out would waste the whole contracted grid).
   ASSERT_EQ(text.points_xyz.size(0), 301);
   EXPECT_EQ(text.points_rgb[5][1].item<int>(), 10);
-  for (int axis = 0; axis < 3; ++axis) {
-    EXPECT_LT(text.meta.scene_bounds[axis], -0.9);
-    EXPECT_GT(text.meta.scene_bounds[axis], -1.3);
-    EXPECT_GT(text.meta.scene_bounds[axis + 3], 0.9);
-    EXPECT_LT(text.meta.scene_bounds[axis + 3], 1.3);
-  }
-  // Cameras ~4 units away from a unit cube: near and far bracket it.
-  EXPECT_GT(text.meta.near, 1.5);
-  EXPECT_LT(text.meta.near, 3.0);
-  EXPECT_GT(text.meta.far, 5.0);
-  EXPECT_LT(text.meta.far, 8.0);
+  const double s = text.meta.capture_scale;
+  for (int k : {0, 17, 300})
+    for (int a = 0; a < 3; ++a)
+      EXPECT_NEAR(text.points_xyz[k][a].item<float>(), s * f.points[k].xyz[a] + text.meta.capture_offset[a],
+                  1e-6 * (1 + std::abs(s * f.points[k].xyz[a])));
+  EXPECT_TRUE(text.meta.unbounded());
+  EXPECT_EQ(text.meta.scene_extent, (std::array<double, 6>{-16, -16, -16, 16, 16, 16}));
+  EXPECT_EQ(text.meta.scene_bounds, (std::array<double, 6>{-1, -1, -1, 1, 1, 1}));
+  EXPECT_GT(text.meta.near, 0);
+  EXPECT_GT(text.meta.far, 16.0);
 }
 
 TEST(Colmap, AllFiveCameraModels) {
@@ -748,7 +728,7 @@ TEST(Colmap, PosesProjectLikeColmap) {
   f.images[1].q = {1, 0, 0, 0};  // a.png: identity rotation, t = (0, 0, 5)
   f.images[1].t = {0, 0, 5};
   write_colmap_binary(root + "/sparse/0", f);
-  const auto scene = data::read_source(root);
+  const auto scene = data::read_source(root, keep_coordinates());
   // a.png: the world origin is 5 ahead, on the principal point; world +y is image down.
   const Camera& a = scene.cameras[0];
   const Pixel center = project(a, {0, 0, 0});
@@ -841,7 +821,7 @@ TEST(Downscale, IntrinsicsScaleAndPointsLandOnTheSameFeature) {
                               {"transform_matrix", matrix_json(ring_poses(1)[0])}}});
   write_json(dir + "/transforms.json", {{"fl_x", fx}, {"fl_y", fy}, {"cx", cx}, {"cy", cy},
                                         {"w", W}, {"h", H}, {"frames", frames}});
-  data::ImportOptions options;
+  data::ImportOptions options = keep_coordinates();
   options.downscale = K;
   const auto scene = data::read_source(dir, options);
   const Camera& c = scene.cameras[0];
@@ -894,6 +874,232 @@ TEST(Downscale, AlphaWeightsTheColor) {
   const auto small = reader.read_image(0), small_alpha = reader.read_alpha(0);
   EXPECT_TRUE(torch::equal(small, torch::tensor({200, 100, 50}, torch::kUInt8).expand({kH / 2, kW / 2, 3})));
   EXPECT_TRUE(torch::equal(small_alpha, torch::full({kH / 2, kW / 2}, 128, torch::kUInt8)));
+}
+
+// ---- Images already scaled (--images-scaled) ----------------------------------------------------
+
+namespace {
+
+// A one-frame transforms.json whose intrinsics are for a `file_w` x `file_h` camera, listing
+// `image` (relative to `dir`), looking at the origin from (0, 0, 5).
+void write_one_frame(const std::string& dir, const std::string& image, int file_w, int file_h,
+                     double fx, double fy, double cx, double cy) {
+  const Matrix4 pose = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 5, 0, 0, 0, 1};
+  write_json(dir + "/transforms.json",
+             {{"fl_x", fx}, {"fl_y", fy}, {"cx", cx}, {"cy", cy}, {"w", file_w}, {"h", file_h},
+              {"k1", 0.02}, {"p2", -0.001},
+              {"frames", {{{"file_path", image}, {"transform_matrix", matrix_json(pose)}}}}});
+}
+
+// The world point seen at pixel (u, v), `depth` ahead, by a camera posed as `c` with the given
+// intrinsics: project() inverted. Built on the imported pose, it does not depend on how the
+// import places the world.
+Vec3 unproject(const Camera& c, double fx, double fy, double cx, double cy, double u, double v,
+               double depth) {
+  const auto& m = c.camera_to_world;
+  const Vec3 p = {depth * (u - cx) / fx, depth * (v - cy) / fy, depth};
+  Vec3 X;
+  for (int r = 0; r < 3; ++r) X[r] = m[r * 4 + 3] + m[r * 4] * p[0] + m[r * 4 + 1] * p[1] + m[r * 4 + 2] * p[2];
+  return X;
+}
+
+// `c` with the intrinsics and size its file gives (before --images-scaled).
+Camera as_in_file(Camera c, int w, int h, double fx, double fy, double cx, double cy) {
+  c.width = w, c.height = h, c.fx = fx, c.fy = fy, c.cx = cx, c.cy = cy;
+  return c;
+}
+
+data::ImportOptions images_scaled(int downscale = 1) {
+  data::ImportOptions options;
+  options.images_scaled = true;
+  options.downscale = downscale;
+  return options;
+}
+
+}  // namespace
+
+TEST(ImagesScaled, RefusedWithoutTheFlagWhichTheErrorSuggests) {
+  TempDir tmp;
+  const std::string dir = tmp / "ns";
+  write_png_in(dir + "/images_4/a.png", pattern(8, 6, 0));
+  write_one_frame(dir, "images_4/a.png", 32, 24, 20, 22, 16, 12);
+  expect_convert_fails(tmp, dir, {dir + "/images_4/a.png", "8x6", "32x24", "--images-scaled"});
+}
+
+TEST(ImagesScaled, QuarterSizeImagesScaleExactlyAndPointsLandOnTheSameFeature) {
+  // A folder of images box-downscaled by 4 (as `images_4/`), under a transforms.json written for
+  // the full size: as in Downscale.IntrinsicsScaleAndPointsLandOnTheSameFeature, each point sits
+  // near the top-left corner of a painted 4 x 4 block and must project into that block's pixel.
+  constexpr int K = 4, W = 32, H = 24;
+  TempDir tmp;
+  const std::string dir = tmp / "ns";
+  const Matrix4 pose = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 5, 0, 0, 0, 1};
+  const double fx = 20, fy = 22, cx = 16, cy = 12;
+  struct Feature {
+    double u, v;
+    std::array<uint8_t, 3> color;
+  };
+  const Feature features[] = {{4 * 1 + 0.2, 4 * 1 + 0.3, {250, 0, 0}},
+                              {4 * 5 + 0.1, 4 * 2 + 0.05, {0, 250, 0}},
+                              {4 * 6 + 0.05, 4 * 4 + 0.15, {0, 0, 250}}};
+  auto image = torch::full({H, W, 3}, 100, torch::kUInt8);
+  for (const Feature& f : features) {
+    const int bx = static_cast<int>(f.u) / K * K, by = static_cast<int>(f.v) / K * K;
+    for (int c = 0; c < 3; ++c) image.slice(0, by, by + K).slice(1, bx, bx + K).select(2, c).fill_(f.color[c]);
+  }
+  write_png_in(dir + "/images_4/a.png", data::downscale(image, K));
+  // Sizes that are not multiples of 4: 34x26 floors to 8x6, 35x26 rounds to 9x7 (8.75, 6.5).
+  write_png_in(dir + "/images_4/b.png", pattern(8, 6, 1));
+  write_png_in(dir + "/images_4/c.png", pattern(9, 7, 2));
+  const Matrix4 other = ring_poses(1)[0];
+  json frames = json::array(
+      {{{"file_path", "images_4/a.png"}, {"transform_matrix", matrix_json(pose)}},
+       {{"file_path", "images_4/b.png"}, {"w", 34}, {"h", 26}, {"cx", 17.0}, {"cy", 13.0},
+        {"transform_matrix", matrix_json(other)}},
+       {{"file_path", "images_4/c.png"}, {"w", 35}, {"h", 26}, {"cx", 17.5}, {"cy", 13.0},
+        {"transform_matrix", matrix_json(other)}}});
+  write_json(dir + "/transforms.json", {{"fl_x", fx}, {"fl_y", fy}, {"cx", cx}, {"cy", cy},
+                                        {"w", W}, {"h", H}, {"k1", 0.02}, {"frames", frames}});
+  const auto scene = data::read_source(dir, images_scaled());
+  ASSERT_EQ(scene.cameras.size(), 3u);
+  const Camera& c = scene.cameras[0];
+  EXPECT_EQ(intrinsics_of(c), (std::array<double, 8>{fx / K, fy / K, cx / K, cy / K, 0.02, 0, 0, 0}));
+  EXPECT_EQ(c.width, W / K);
+  EXPECT_EQ(c.height, H / K);
+  EXPECT_EQ(intrinsics_of(scene.cameras[1]), (std::array<double, 8>{fx / K, fy / K, 17.0 / K, 13.0 / K, 0.02, 0, 0, 0}));
+  EXPECT_EQ(scene.cameras[1].width, 8);
+  EXPECT_EQ(scene.cameras[1].height, 6);
+  EXPECT_EQ(intrinsics_of(scene.cameras[2]), (std::array<double, 8>{fx / K, fy / K, 17.5 / K, 13.0 / K, 0.02, 0, 0, 0}));
+  EXPECT_EQ(scene.cameras[2].width, 9);
+  EXPECT_EQ(scene.cameras[2].height, 7);
+  EXPECT_EQ(scene.downscale, 1);
+  EXPECT_NE(scene.meta.source.find(" images-scaled"), std::string::npos) << scene.meta.source;
+  EXPECT_EQ(scene.meta.source.find("downscale="), std::string::npos) << scene.meta.source;
+
+  const std::string out = tmp / "scaled.h5";
+  data::write_scene(scene, out);
+  const data::SceneReader reader(out);
+  EXPECT_EQ(reader.meta().source, scene.meta.source);
+  const auto small = reader.read_image(0);
+  ASSERT_EQ(small.sizes().vec(), (std::vector<int64_t>{H / K, W / K, 3}));
+  for (const Feature& f : features) {
+    // The scene point behind the full-size pixel (u, v), 5 ahead.
+    const Vec3 X = unproject(c, fx, fy, cx, cy, f.u, f.v, 5);
+    const Pixel at_full = project(as_in_file(c, W, H, fx, fy, cx, cy), X);
+    ASSERT_NEAR(at_full.u, f.u, 1e-9);
+    ASSERT_NEAR(at_full.v, f.v, 1e-9);
+    const Pixel p = project(c, X);
+    EXPECT_NEAR(p.u, f.u / K, 1e-9);
+    EXPECT_NEAR(p.v, f.v / K, 1e-9);
+    const auto x = static_cast<int64_t>(std::floor(p.u)), y = static_cast<int64_t>(std::floor(p.v));
+    for (int ch = 0; ch < 3; ++ch)
+      EXPECT_EQ(small[y][x][ch].item<int>(), f.color[ch]) << "feature at (" << f.u << ", " << f.v << ")";
+  }
+
+  // --downscale applies on top: 8x6 by 2 is 4x3, and the intrinsics are the file's / 8.
+  const auto twice = data::read_source(dir, images_scaled(2));
+  EXPECT_EQ(intrinsics_of(twice.cameras[0]), (std::array<double, 8>{fx / 8, fy / 8, cx / 8, cy / 8, 0.02, 0, 0, 0}));
+  EXPECT_EQ(twice.cameras[0].width, 4);
+  EXPECT_EQ(twice.cameras[0].height, 3);
+  EXPECT_EQ(twice.cameras[2].width, 4);  // 9 / 2
+  EXPECT_NE(twice.meta.source.find(" images-scaled downscale=2"), std::string::npos) << twice.meta.source;
+  const std::string out2 = tmp / "twice.h5";
+  data::write_scene(twice, out2);
+  EXPECT_EQ(data::SceneReader(out2).read_image(0).sizes().vec(), (std::vector<int64_t>{3, 4, 3}));
+}
+
+TEST(ImagesScaled, NonIntegerFactorScalesEachAxis) {
+  TempDir tmp;
+  const double fx = 20, fy = 22, cx = 15.25, cy = 10.5;
+  struct Case {
+    int image_w, image_h;  // for a file camera of 30x20
+  };
+  // 0.4333 x 0.45 (within one pixel's worth, 1/30 + 1/20, of one factor; no integer K fits),
+  // exactly 0.6 on both, and a larger image than the file says (x2).
+  for (const Case& k : {Case{13, 9}, Case{18, 12}, Case{60, 40}}) {
+    SCOPED_TRACE(std::to_string(k.image_w) + "x" + std::to_string(k.image_h));
+    const std::string dir = tmp / ("ns" + std::to_string(k.image_w));
+    write_png_in(dir + "/small/a.png", pattern(k.image_w, k.image_h, 0));
+    write_one_frame(dir, "small/a.png", 30, 20, fx, fy, cx, cy);
+    const auto scene = data::read_source(dir, images_scaled());
+    const Camera& c = scene.cameras[0];
+    const double sx = k.image_w / 30.0, sy = k.image_h / 20.0;
+    EXPECT_EQ(c.width, k.image_w);
+    EXPECT_EQ(c.height, k.image_h);
+    EXPECT_DOUBLE_EQ(c.fx, fx * sx);
+    EXPECT_DOUBLE_EQ(c.cx, cx * sx);
+    EXPECT_DOUBLE_EQ(c.fy, fy * sy);
+    EXPECT_DOUBLE_EQ(c.cy, cy * sy);
+    EXPECT_EQ(c.k1, 0.02);  // distortion acts on normalized coordinates: unchanged
+    EXPECT_EQ(c.p2, -0.001);
+    // A point seen at full-size pixel (u, v) is seen at (u sx, v sy) in the resized image.
+    const double u = 7.3, v = 15.9, depth = 3;
+    const Vec3 X = unproject(c, fx, fy, cx, cy, u, v, depth);
+    ASSERT_NEAR(project(as_in_file(c, 30, 20, fx, fy, cx, cy), X).u, u, 1e-9);
+    const Pixel p = project(c, X);
+    EXPECT_NEAR(p.u, u * sx, 1e-9);
+    EXPECT_NEAR(p.v, v * sy, 1e-9);
+  }
+}
+
+TEST(ImagesScaled, AspectChangeIsRefused) {
+  TempDir tmp;
+  const std::string dir = tmp / "ns";
+  write_png_in(dir + "/crop/a.png", pattern(32, 16, 0));
+  write_one_frame(dir, "crop/a.png", 32, 24, 20, 22, 16, 12);
+  expect_convert_fails(tmp, dir, {dir + "/crop/a.png", "32x16", "32x24", "x by 1", "y by 0.666667",
+                                  "aspect"},
+                       images_scaled());
+  // Half the width only: 0.5 against 1.
+  write_png_in(dir + "/crop/a.png", pattern(16, 24, 0));
+  expect_convert_fails(tmp, dir, {dir + "/crop/a.png", "16x24", "x by 0.5", "y by 1"}, images_scaled());
+}
+
+TEST(ImagesScaled, ColmapModelWithQuarterSizeImages) {
+  // The fixture's images (16x12 and 32x12) under a model written for 4x that size: the import
+  // with --images-scaled gives exactly the cameras of the fixture's own model.
+  TempDir tmp;
+  for (bool binary : {false, true}) {
+    SCOPED_TRACE(binary ? "binary" : "text");
+    const std::string plain = tmp / (binary ? "plain_bin" : "plain_txt");
+    const std::string big = tmp / (binary ? "big_bin" : "big_txt");
+    const ColmapFixture f = colmap_fixture(plain);
+    ColmapFixture g = f;
+    for (auto& camera : g.cameras) {
+      camera.width *= 4;
+      camera.height *= 4;
+      for (size_t p = 0; p < 4; ++p) camera.params[p] *= 4;  // OPENCV, PINHOLE: fx fy cx cy first
+    }
+    binary ? write_colmap_binary(plain + "/sparse/0", f) : write_colmap_text(plain + "/sparse/0", f);
+    binary ? write_colmap_binary(big + "/sparse/0", g) : write_colmap_text(big + "/sparse/0", g);
+    data::ImportOptions options = images_scaled();
+    options.images_dir = plain + "/images";
+    const auto want = data::read_source(plain);
+    const auto got = data::read_source(big, options);
+    expect_same_cameras(got.cameras, want.cameras, 0);
+    EXPECT_EQ(got.image_paths, want.image_paths);
+    EXPECT_NE(got.meta.source.find(" images-scaled"), std::string::npos) << got.meta.source;
+    EXPECT_EQ(want.meta.source.find("images-scaled"), std::string::npos) << want.meta.source;
+    // Without the flag: refused, naming the first image by name order and the flag.
+    options.images_scaled = false;
+    expect_convert_fails(tmp, big, {plain + "/images/a.png", "16x12", "64x48", "--images-scaled"}, options);
+  }
+}
+
+TEST(ImagesScaled, NoEffectWhenSizesMatchOrOnBlender) {
+  TempDir tmp;
+  write_blender(tmp / "lego");
+  const auto plain = data::read_source(tmp / "lego");
+  const auto flagged = data::read_source(tmp / "lego", images_scaled());
+  expect_same_cameras(flagged.cameras, plain.cameras, 0);
+  EXPECT_EQ(flagged.meta.source, plain.meta.source);
+  EXPECT_EQ(flagged.meta.source.find("images-scaled"), std::string::npos);
+  const std::string dir = tmp / "ns";
+  write_png_in(dir + "/a.png", pattern(kW, kH, 0));
+  write_one_frame(dir, "a.png", kW, kH, 14, 15, 8, 6);
+  const auto same = data::read_source(dir, images_scaled());
+  expect_same_cameras(same.cameras, data::read_source(dir).cameras, 0);
+  EXPECT_EQ(same.meta.source.find("images-scaled"), std::string::npos) << same.meta.source;
 }
 
 // ---- Bad input: a UserError naming the file, and no output left behind ---------------------------
@@ -1107,8 +1313,31 @@ TEST(Cli, ConvertExitsZeroOnGoodInputAndTwoOnBad) {
   EXPECT_EQ(run_tessera(tmp, {"convert", tmp / "lego", "--out", bad, "--downscale", "0"}, &out, &err), 2);
 
   EXPECT_EQ(run_tessera(tmp, {"convert", "--help"}, &out, &err), 0);
-  for (const char* flag : {"--out", "--to", "--downscale", "--split-every", "--images"})
+  for (const char* flag : {"--out", "--to", "--downscale", "--split-every", "--images", "--images-scaled"})
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
   EXPECT_NE(out.find("=8"), std::string::npos) << "--split-every shows its default";
   EXPECT_NE(out.find("=1"), std::string::npos) << "--downscale shows its default";
+}
+
+TEST(Cli, ConvertImagesScaledExitsTwoWithoutTheFlagAndZeroWithIt) {
+  const char* binary = std::getenv("TESSERA_BINARY");
+  ASSERT_TRUE(binary && fs::is_regular_file(binary))
+      << "TESSERA_BINARY is not set to the tessera executable; run through CTest (ctest -R test_import)";
+  TempDir tmp;
+  const std::string dir = tmp / "ns";
+  write_png_in(dir + "/images_4/a.png", pattern(8, 6, 0));
+  write_one_frame(dir, "images_4/a.png", 32, 24, 20, 22, 16, 12);
+  std::string out, err;
+  const std::string scene = tmp / "scene.h5";
+  EXPECT_EQ(run_tessera(tmp, {"convert", dir, "--out", scene}, &out, &err), 2);
+  EXPECT_NE(err.find("--images-scaled"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(scene));
+  EXPECT_EQ(run_tessera(tmp, {"convert", dir, "--out", scene, "--images-scaled"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("1 cameras (1 train, 0 val, 0 test) at 8x6"), std::string::npos) << out;
+  EXPECT_EQ(data::SceneReader(scene).cameras()[0].fx, 5.0);
+  EXPECT_EQ(run_tessera(tmp, {"info", scene}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("images-scaled"), std::string::npos) << out;
+  // An import flag: not with --to.
+  EXPECT_EQ(run_tessera(tmp, {"convert", scene, "--to", "nerfstudio", tmp / "x", "--images-scaled"}, &out, &err), 2);
+  EXPECT_FALSE(fs::exists(tmp / "x"));
 }

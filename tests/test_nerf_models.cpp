@@ -269,6 +269,40 @@ TEST(NerfTraining, HashGridLearnsTheSphere) {
   EXPECT_LT(skipped * 2, full);
 }
 
+// An unbounded scene (extent beyond the bounds) contracts space: the grids cover [-2, 2]^3 of
+// contracted space, rays run past the foreground out to `far`, and the model still learns.
+TEST(NerfTraining, UnboundedHashGridContractsAndLearnsTheSphere) {
+  ModelContext context = scene_context();
+  context.scene_extent = {-8, -8, -8, 8, 8, 8};
+  ASSERT_TRUE(context.unbounded());
+  tessera::ModelRegistry registry;
+  tessera::models::register_builtin_models(registry);
+  tessera::Config config;
+  config.model.name = "nerf-hash";
+  config.run.seed = 7;
+  auto model = registry.create(config, context);
+  auto* hash = dynamic_cast<nerf::NerfHash*>(model.get());
+  ASSERT_NE(hash, nullptr);
+  EXPECT_TRUE(hash->contracted());
+  EXPECT_FALSE(dynamic_cast<nerf::NerfHash*>(create("nerf-hash").get())->contracted());
+  // A ray out of the foreground reaches `far` (world units) with samples all the way: the
+  // bounded model stops at the box (t <= 3.5 for a ray from 2.5 out).
+  RayBatch ray = sphere_rays(1, 1);
+  ray.far = torch::full({1}, 7.5f);
+  ray.directions = -ray.directions;  // away from the sphere, out of the box
+  {
+    torch::NoGradGuard no_grad;
+    const RenderResult out = model->render(ray, StepContext{0, 3, false});
+    EXPECT_GT(out.samples, 0);
+    EXPECT_GT(out.opacity.item<float>(), 0.0f) << "the untrained fog out there is seen";
+    EXPECT_EQ(create("nerf-hash")->render(ray, StepContext{0, 3, false}).samples, 0)
+        << "the bounded model has no samples outside its box";
+  }
+  const auto [first, last] = train_sphere(*model, 30, 1e-2);
+  std::printf("contracted nerf-hash sphere: loss %.5f -> %.5f (%.1fx)\n", first, last, first / last);
+  EXPECT_GT(first / last, 5.0);
+}
+
 TEST(NerfTraining, MlpLearnsTheSphere) {
   nerf::NerfMlpOptions options;  // a smaller trunk than the default keeps the test fast
   options.layers = 4;

@@ -141,14 +141,20 @@ Reference reference_march(const Rays& rays, const torch::Tensor& aabb,
       const float t_next = t + dt;
       if (t_next > t_end || t_next == t) break;
       const float t_mid = t + 0.5f * dt;
-      float pos[3];
+      float pos[3], look[3];
       int64_t cell[3];
+      for (int a = 0; a < 3; ++a) look[a] = pos[a] = ox[a] + t_mid * dx[a];
+      if (p.contract) {  // the grid spans the contracted cube [-2, 2]^3
+        const float m = std::max({std::fabs(pos[0]), std::fabs(pos[1]), std::fabs(pos[2])});
+        if (m > 1.0f)
+          for (float& v : look) v = v * ((2.0f - 1.0f / m) / m);
+      }
       for (int a = 0; a < 3; ++a) {
-        pos[a] = ox[a] + t_mid * dx[a];
         const int64_t g = occupancy.size(a);
-        const float scale = static_cast<float>(g) / (box[a + 3] - box[a]);
+        const float lo = p.contract ? -2.0f : box[a], hi = p.contract ? 2.0f : box[a + 3];
+        const float scale = static_cast<float>(g) / (hi - lo);
         cell[a] = std::clamp<int64_t>(
-            static_cast<int64_t>(std::floor((pos[a] - box[a]) * scale)), 0, g - 1);
+            static_cast<int64_t>(std::floor((look[a] - lo) * scale)), 0, g - 1);
       }
       if (occ[cell[0]][cell[1]][cell[2]]) {
         kept_t.push_back(t_mid);
@@ -218,6 +224,11 @@ std::vector<Case> random_cases() {
   cone.max_step = 0.05f;
   RayMarchParams cone_unbounded = constant_step(0.02f, 64);
   cone_unbounded.cone_angle = 0.1f;
+  // Scene contraction: the grid covers [-2, 2]^3 of contracted space, the box only clips; rays
+  // start inside and outside the foreground cube [-1, 1]^3 and run out to a box of 16.
+  RayMarchParams contracted = constant_step(0.0135f, 256);
+  contracted.cone_angle = 1.0f / 128.0f;
+  contracted.contract = true;
   return {
       {"no rays", 0, {-1, -1, -1, 1, 1, 1}, {8, 8, 8}, 0.3, fine},
       {"cubic", 500, {-1, -1, -1, 1, 1, 1}, {16, 16, 16}, 0.3, fine},
@@ -228,6 +239,9 @@ std::vector<Case> random_cases() {
       {"cone without max_step", 300, {0, 0, 0, 4, 4, 4}, {10, 10, 10}, 0.5, cone_unbounded},
       {"one cell", 200, {-1, -1, -1, 1, 1, 1}, {1, 1, 1}, 1.0, fine},
       {"sparse fine grid", 400, {-1, -1, -1, 1, 1, 1}, {64, 64, 64}, 0.02, fine},
+      {"contracted", 400, {-16, -16, -16, 16, 16, 16}, {16, 16, 16}, 0.3, contracted},
+      {"contracted, rays near the foreground", 400, {-1.5f, -1.5f, -1.5f, 1.5f, 1.5f, 1.5f},
+       {32, 32, 32}, 0.2, contracted},
   };
 }
 
@@ -398,6 +412,25 @@ TEST(RayMarch, ConeTracingStepsGrowWithT) {
 // The outputs feed volume_render directly. On a fully occupied grid each ray keeps every whole
 // step: n = floor((t_end - t_start) / dt), checked against the segment computed in double, and
 // with constant sigma the opacity is 1 - exp(-sigma * n * dt).
+// With contraction a far sample is looked up in the outer shell of the grid, not clamped into
+// the border cell of the aabb: a ray along +x from the origin to x = 100 keeps samples only
+// where the contracted grid is occupied.
+TEST(RayMarch, ContractionLooksUpTheContractedPosition) {
+  RayMarchParams p = constant_step(0.05f, 100000);
+  p.cone_angle = 1.0f / 32.0f;
+  p.contract = true;
+  torch::Tensor occ = torch::zeros({8, 8, 8}, torch::kUInt8);  // cells of width 0.5 over [-2, 2]
+  occ[7][4][4] = 1;  // contracted x in [1.5, 2): world x in [2, inf)
+  const Rays rays = make_rays({0, 0.1f, 0.1f}, {1, 0, 0}, {0}, {100});
+  const RayMarchOutput out = march(rays, torch::tensor({-200.0f, -200.0f, -200.0f, 200.0f, 200.0f, 200.0f}), occ, p);
+  ASSERT_GT(out.ts.size(0), 0);
+  EXPECT_GE(out.positions.select(1, 0).min().item<float>(), 2.0f);
+  EXPECT_LE(out.ts.max().item<float>(), 100.0f);
+  // Without contraction the same grid spans the aabb: x in [150, 200), beyond far: nothing.
+  p.contract = false;
+  EXPECT_EQ(march(rays, torch::tensor({-200.0f, -200.0f, -200.0f, 200.0f, 200.0f, 200.0f}), occ, p).ts.size(0), 0);
+}
+
 TEST(RayMarch, OutputsFeedVolumeRender) {
   constexpr float kStep = 1.0f / 128;
   const Rays rays = random_rays(256, {0, 0, 0, 1, 1, 1}, 10);

@@ -165,6 +165,40 @@ TEST_F(TrainerTest, BatchIsPureFunctionOfSeedAndStep) {
   EXPECT_EQ(seen.size(), 200u);
 }
 
+// Random backgrounds (datasets with alpha): one color per ray, a pure function of (seed, step,
+// ray id) whatever the split across ranks, composited into the target the model is compared with.
+TEST_F(TrainerTest, RandomBackgroundsPerRayAgreeAcrossSplits) {
+  RaySamplerOptions so;
+  so.rays_per_step = 50;
+  so.seed = 3;
+  so.random_background = true;
+  RaySampler a(*scene_, so, [](int64_t) { return 1.0; });
+  const RayBatch whole = a.rank_batch(5, 0, 1, torch::kCPU);
+  ASSERT_EQ(whole.background.sizes(), (std::vector<int64_t>{50, 3}));
+  EXPECT_GE(whole.background.min().item<float>(), 0.0f);
+  EXPECT_LT(whole.background.max().item<float>(), 1.0f);
+  EXPECT_GT(whole.background.std().item<float>(), 0.2f) << "colors spread over [0, 1)";
+  for (int n = 2; n <= 3; ++n) {
+    std::vector<torch::Tensor> bgs;
+    for (int r = 0; r < n; ++r) bgs.push_back(a.rank_batch(5, r, n, torch::kCPU).background);
+    EXPECT_TRUE(torch::equal(torch::cat(bgs), whole.background)) << n << " ranks";
+  }
+  EXPECT_FALSE(torch::equal(a.rank_batch(6, 0, 1, torch::kCPU).background, whole.background));
+  // The target is the pixel over its own ray's color.
+  const torch::Tensor ids = a.global_batch(5);
+  const RayBatch plain = a.rays_for(ids, 0, torch::kCPU);  // no step: the dataset's background
+  EXPECT_EQ(plain.background.dim(), 1);
+  for (int64_t i = 0; i < 50; i += 7) {
+    const int64_t id = ids[i].item<int64_t>();
+    const int64_t image = id / kPixels, y = (id % kPixels) / 16, x = id % 16;
+    const torch::Tensor rgb = scene_->read_image(image)[y][x].to(torch::kFloat32) / 255.0f;
+    const float alpha = scene_->read_alpha(image)[y][x].item<uint8_t>() / 255.0f;
+    EXPECT_TRUE(torch::allclose(whole.target_rgb[i],
+                                rgb * alpha + whole.background[i] * (1 - alpha), 1e-6, 1e-6))
+        << "ray " << i;
+  }
+}
+
 TEST_F(TrainerTest, LowRateDrawsFromSubset) {
   RaySamplerOptions so;
   so.rays_per_step = 10;

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/learning_check.h"
 #include "framework/loss_scaler.h"
 #include "framework/metrics.h"
 #include "framework/schedule.h"
@@ -495,3 +497,38 @@ TEST(Metrics, CudaMatchesCpu) {
 }
 
 }  // namespace
+
+// ---- LearningCheck ----------------------------------------------------------------------------
+
+TEST(LearningCheck, WarnsOnceWhenTheLossDoesNotFallAndNamesTheCauses) {
+  tessera::LearningCheck check(300, "nerf");
+  std::optional<std::string> warning;
+  int warnings = 0;
+  for (int64_t step = 0; step < 600; ++step) {
+    // A noisy plateau around 0.09: the loss a NeRF gives for a wrong scene box.
+    const double loss = 0.09 + 0.005 * std::sin(0.7 * static_cast<double>(step));
+    if (auto w = check.observe(step, loss)) {
+      warning = w;
+      ++warnings;
+      EXPECT_EQ(step, 299) << "the warning comes after `after` steps";
+    }
+  }
+  ASSERT_EQ(warnings, 1);
+  for (const char* needle : {"not improving", "poses", "bounds", "background", "train.lr"})
+    EXPECT_NE(warning->find(needle), std::string::npos) << needle << " in: " << *warning;
+}
+
+TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
+  tessera::LearningCheck learning(300, "gaussians");
+  for (int64_t step = 1000; step < 1400; ++step)  // a resumed run counts from its first step
+    EXPECT_FALSE(learning.observe(step, 0.1 * std::exp(-0.01 * static_cast<double>(step - 1000))))
+        << step;
+  tessera::LearningCheck off(0, "nerf");
+  for (int64_t step = 0; step < 400; ++step) EXPECT_FALSE(off.observe(step, 0.5));
+  // A plateau on a Gaussian run names the Gaussian causes.
+  tessera::LearningCheck flat(100, "gaussians");
+  std::optional<std::string> w;
+  for (int64_t step = 0; step < 100 && !w; ++step) w = flat.observe(step, 0.2);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_NE(w->find("random_count"), std::string::npos) << *w;
+}

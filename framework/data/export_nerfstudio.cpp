@@ -65,7 +65,13 @@ void export_nerfstudio(const std::string& scene_path, const std::string& out_dir
                                    std::to_string(::getpid()))).string()};
   fs::create_directories(fs::path(partial.path) / kImagesFolder);
 
-  const std::vector<Camera>& cameras = reader.cameras();
+  // Back to the capture's own coordinates: capture = (world - capture_offset) / capture_scale.
+  const SceneMeta& meta = reader.meta();
+  std::vector<Camera> cameras = reader.cameras();
+  for (Camera& c : cameras)
+    for (int r = 0; r < 3; ++r)
+      c.camera_to_world[r * 4 + 3] =
+          (c.camera_to_world[r * 4 + 3] - meta.capture_offset[r]) / meta.capture_scale;
   json frames = json::array();
   json lists[3] = {json::array(), json::array(), json::array()};
   for (size_t i = 0; i < cameras.size(); ++i) {
@@ -99,9 +105,15 @@ void export_nerfstudio(const std::string& scene_path, const std::string& out_dir
   }
   json transforms = {{"camera_model", "OPENCV"}, {"frames", frames},
                      {"train_filenames", lists[0]}, {"val_filenames", lists[1]},
-                     {"test_filenames", lists[2]}, {"tessera_source", reader.meta().source}};
+                     {"test_filenames", lists[2]}, {"tessera_source", reader.meta().source},
+                     {"tessera_capture_transform",
+                      {{"scale", meta.capture_scale}, {"offset", meta.capture_offset}}}};
   if (reader.has_points()) {
-    write_ply_points((fs::path(partial.path) / kPointsFile).string(), reader.read_points_xyz(),
+    const torch::Tensor offset = torch::tensor(
+        {meta.capture_offset[0], meta.capture_offset[1], meta.capture_offset[2]}, torch::kFloat64);
+    const torch::Tensor xyz =  // float64: written as double, so nothing is rounded
+        (reader.read_points_xyz().to(torch::kFloat64) - offset) / meta.capture_scale;
+    write_ply_points((fs::path(partial.path) / kPointsFile).string(), xyz,
                      reader.read_points_rgb());
     transforms["ply_file_path"] = kPointsFile;
   }

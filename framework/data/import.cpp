@@ -4,6 +4,9 @@
 #include <stb/stb_image.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 
 #include "distributed/errors.h"
@@ -80,6 +83,70 @@ torch::Tensor downscale_under_alpha(const torch::Tensor& rgb, const torch::Tenso
       .contiguous();
 }
 
+std::string size_text(int width, int height) {
+  return std::to_string(width) + "x" + std::to_string(height);
+}
+
+std::string factor_text(double factor) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.6g", factor);
+  return buffer;
+}
+
+// The integer K >= 2 for which an image of `full` x `full_h` box-downscaled by K has size
+// `small` x `small_h`, each axis floored or rounded (half up); 0 when there is none. For tiny
+// images several K may fit: the one whose 1/K is nearest both ratios wins.
+int integer_downscale(int full, int full_h, int small, int small_h) {
+  if (small < 1 || small_h < 1 || small >= full || small_h >= full_h) return 0;
+  const auto fits = [](int64_t from, int64_t to, int64_t k) {
+    return to == from / k || to == (2 * from + k) / (2 * k);
+  };
+  // floor(W / K) = w or round(W / K) = w needs W / (w + 1) < K <= W / (w - 1/2).
+  const int64_t first = std::max<int64_t>(2, full / (int64_t{small} + 1) + 1);
+  const int64_t last = 2 * int64_t{full} / (2 * int64_t{small} - 1);
+  const double sx = static_cast<double>(small) / full, sy = static_cast<double>(small_h) / full_h;
+  int best = 0;
+  double best_error = 0;
+  for (int64_t k = first; k <= last; ++k) {
+    if (!fits(full, small, k) || !fits(full_h, small_h, k)) continue;
+    const double error = std::abs(1.0 / k - sx) + std::abs(1.0 / k - sy);
+    if (best == 0 || error < best_error) best = static_cast<int>(k), best_error = error;
+  }
+  return best;
+}
+
+// --images-scaled: `camera` (as its file gives it) rescaled to the size of its image. Pixel
+// edges at integers (docs/datasets.md): a K-fold box downscale maps u to u / K exactly, so a copy
+// of size floor or round (W / K) x (H / K) scales by exactly 1/K; any other size by w / W and
+// h / H per axis, unless those differ by more than one pixel's worth (1/W + 1/H: each size may be
+// one pixel off the exact W s, H s): that is an aspect change, not a rescale. Distortion acts on
+// normalized coordinates and is kept.
+Camera scale_to_image(const Camera& camera, const ImageInfo& info, const std::string& image,
+                      const std::string& source) {
+  const int full_w = camera.width, full_h = camera.height, w = info.width, h = info.height;
+  const double sx = static_cast<double>(w) / full_w, sy = static_cast<double>(h) / full_h;
+  // Each coordinate becomes value * num / den: exactly value / K on the integer path.
+  double num_x = w, den_x = full_w, num_y = h, den_y = full_h;
+  if (const int k = integer_downscale(full_w, full_h, w, h)) {
+    num_x = num_y = 1;
+    den_x = den_y = k;
+  } else if (std::abs(sx - sy) > 1.0 / full_w + 1.0 / full_h) {
+    throw UserError("image " + image + " is " + size_text(w, h) + " but its camera in " + source +
+                    " says " + size_text(full_w, full_h) + ": --images-scaled would scale x by " +
+                    factor_text(sx) + " and y by " + factor_text(sy) + ", an aspect change, not "
+                    "a rescale (the two may differ by one pixel's worth, " +
+                    factor_text(1.0 / full_w + 1.0 / full_h) + ")");
+  }
+  Camera scaled = camera;
+  scaled.width = w;
+  scaled.height = h;
+  scaled.fx = camera.fx * num_x / den_x;
+  scaled.cx = camera.cx * num_x / den_x;
+  scaled.fy = camera.fy * num_y / den_y;
+  scaled.cy = camera.cy * num_y / den_y;
+  return scaled;
+}
+
 }  // namespace
 
 ImageInfo probe_image(const std::string& path) {
@@ -125,14 +192,23 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
   scene.format = parsed.format;
   scene.downscale = k;
   scene.image_paths = parsed.image_paths;
+  size_t rescaled = 0;  // cameras scaled to their image by --images-scaled
   for (size_t i = 0; i < parsed.cameras.size(); ++i) {
-    const Camera& full = parsed.cameras[i];
     const std::string& image = parsed.image_paths[i];
+    const std::string origin = parsed.path + " (image " + image + ")";
     const ImageInfo info = probe_image(image);
-    if (info.width != full.width || info.height != full.height)
-      throw UserError("image " + image + " is " + std::to_string(info.width) + "x" +
-                      std::to_string(info.height) + " but its camera in " + parsed.path +
-                      " says " + std::to_string(full.width) + "x" + std::to_string(full.height));
+    Camera full = parsed.cameras[i];  // at the size of its image
+    if (info.width != full.width || info.height != full.height) {
+      if (!options.images_scaled)
+        throw UserError("image " + image + " is " + size_text(info.width, info.height) +
+                        " but its camera in " + parsed.path + " says " +
+                        size_text(full.width, full.height) + "; if the images were resized (a "
+                        "downscaled copy such as images_4/), give --images-scaled to scale the "
+                        "intrinsics to them");
+      validate_camera(full, i, origin);
+      full = scale_to_image(full, info, image, parsed.path);
+      ++rescaled;
+    }
     scene.has_alpha = scene.has_alpha || info.has_alpha();
     // Pixel (i, j) covers [i, i+1) x [j, j+1), its center at +0.5 (nerfstudio, COLMAP, Blender):
     // then output pixel i covers input pixels [K i, K i + K) and every coordinate scales by 1/K.
@@ -147,7 +223,7 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
     camera.fy /= k;
     camera.cx /= k;
     camera.cy /= k;
-    validate_camera(camera, i, parsed.path + " (image " + image + ")");
+    validate_camera(camera, i, origin);
     scene.cameras.push_back(camera);
   }
   if (scene.cameras.empty()) throw UserError(parsed.path + ": no cameras");
@@ -161,15 +237,30 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
   scene.points_rgb = parsed.points_rgb.defined() ? parsed.points_rgb
                                                  : torch::zeros({0, 3}, torch::kUInt8);
   SceneMeta& meta = scene.meta;
-  if (parsed.bounds) meta.scene_bounds = *parsed.bounds;
-  else if (scene.points_xyz.size(0) > 0) meta.scene_bounds = bounds_from_points(scene.points_xyz);
-  else meta.scene_bounds = bounds_from_cameras(scene.cameras);
-  const auto [near, far] = near_far_from_bounds(meta.scene_bounds, scene.cameras);
-  meta.near = parsed.near.value_or(near);
-  meta.far = parsed.far.value_or(far);
+  if (parsed.format == SourceFormat::Blender) {  // canonical already: fixed bounds, near, far
+    meta.scene_bounds = parsed.bounds.value_or(bounds_from_cameras(scene.cameras));
+    meta.scene_extent = meta.scene_bounds;
+    const auto [near, far] = near_far_from_bounds(meta.scene_bounds, scene.cameras);
+    meta.near = parsed.near.value_or(near);
+    meta.far = parsed.far.value_or(far);
+  } else {  // real captures: normalized once here, the transform recorded
+    const Normalization n =
+        normalization_for(scene.cameras, scene.points_xyz, parsed.ngp,
+                          /*bounded=*/scene.has_alpha, options.normalize, parsed.recorded_transform);
+    apply_normalization(n, scene.cameras, scene.points_xyz);
+    meta.scene_bounds = n.bounds;
+    meta.scene_extent = n.extent;
+    meta.capture_scale = n.scale;
+    meta.capture_offset = n.offset;
+    meta.near = n.near;
+    meta.far = n.far;
+  }
   meta.background = {1.0, 1.0, 1.0};  // white, as the NeRF-synthetic scenes are composited
   meta.source = parsed.label + ":" + absolute(parsed.path);
   if (!parsed.details.empty()) meta.source += " " + parsed.details;
+  if (!options.normalize) meta.source += " keep-coordinates";
+  scene.points_xyz = scene.points_xyz.to(torch::kFloat32).contiguous();  // stored as float32
+  if (rescaled > 0) meta.source += " images-scaled";
   if (k > 1) meta.source += " downscale=" + std::to_string(k);
   return scene;
 }

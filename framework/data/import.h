@@ -26,6 +26,14 @@ struct ImportOptions {
   int downscale = 1;                      // integer box-downscale factor, >= 1
   int split_every = kDefaultSplitEvery;   // >= 2; used when the source names no splits
   std::string images_dir;                 // COLMAP: the images folder (empty: INPUT/images)
+  // transforms.json / COLMAP: an image whose size differs from its camera's (a folder already
+  // downscaled, say by 4) rescales that camera's intrinsics to it instead of being refused; an
+  // aspect change still is. Blender reads sizes from the images, so it has no effect there.
+  bool images_scaled = false;
+  // Center and scale real captures (nerfstudio/instant-ngp, COLMAP) into the canonical world
+  // the models expect, recording the transform (docs/datasets.md, "Scene normalization").
+  // false: keep the source's coordinates (`--keep-coordinates`).
+  bool normalize = true;
 };
 
 // Called after each image: (images done, images in all).
@@ -49,6 +57,15 @@ Matrix4 colmap_to_camera_to_world(const std::array<double, 4>& qvec,
 void assign_interval_splits(std::vector<Camera>& cameras, int split_every);
 
 // ---- Sources as parsed (full-resolution cameras, images not yet opened beyond headers) -------
+// instant-ngp's box, with its meaning: a file point x lies at x * scale + offset in instant-ngp's
+// space, whose unit cube [0, 1]^3 holds the object (the foreground); the box it trains in is that
+// cube grown about its center to aabb_scale times its side, holding the backgrounds.
+struct NgpBox {
+  double scale = 0.33;                         // instant-ngp's default
+  std::array<double, 3> offset{0.5, 0.5, 0.5};  // instant-ngp's default
+  double aabb_scale = 1.0;
+};
+
 struct ParsedSource {
   SourceFormat format = SourceFormat::Blender;
   std::string label;                     // "blender", "nerfstudio", "instant-ngp", "colmap-text"...
@@ -57,7 +74,11 @@ struct ParsedSource {
   std::vector<std::string> image_paths;  // one per camera
   torch::Tensor points_xyz;              // float32 [P, 3] (P = 0 when none)
   torch::Tensor points_rgb;              // uint8 [P, 3]
-  std::optional<std::array<double, 6>> bounds;  // fixed by the format (Blender, aabb_scale)
+  std::optional<std::array<double, 6>> bounds;  // fixed by the format (Blender)
+  std::optional<NgpBox> ngp;                    // instant-ngp's scale/offset/aabb_scale keys
+  // A normalization recorded by a Tessera export (`tessera_capture_transform`): used as it is,
+  // so that export and import round trip to the same world.
+  std::optional<std::pair<double, std::array<double, 3>>> recorded_transform;
   std::optional<double> near, far;              // fixed by the format (Blender)
   std::string details;                          // extra text for the `source` attribute
 };
@@ -70,10 +91,12 @@ ParsedSource parse_colmap(const std::string& model_dir, const std::string& image
                           int split_every);
 
 // Reads x y z (float or double) and red green blue (uchar) of the vertices of an ASCII or
-// binary_little_endian PLY file. Returns {xyz float32 [P, 3], rgb uint8 [P, 3]}; a missing color
-// is 255. Throws UserError naming the file.
+// binary_little_endian PLY file. Returns {xyz float64 [P, 3] (the import normalizes in float64,
+// then stores float32), rgb uint8 [P, 3]}; a missing color is 255. Throws UserError naming the
+// file.
 std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path);
-// Writes a binary_little_endian PLY with float x y z and uchar red green blue.
+// Writes a binary_little_endian PLY with float x y z (double when xyz is float64) and uchar red
+// green blue.
 void write_ply_points(const std::string& path, const torch::Tensor& xyz, const torch::Tensor& rgb);
 
 // ---- The common path ---------------------------------------------------------------------------
@@ -115,6 +138,30 @@ std::array<double, 6> bounds_from_points(const torch::Tensor& xyz);
 // Bounds from camera centers (when there are no points): their box, each side pushed out by 10%
 // of the largest extent (1 world unit for a single camera).
 std::array<double, 6> bounds_from_cameras(const std::vector<Camera>& cameras);
+// The import's normalization (docs/datasets.md, "Scene normalization"): world = scale * capture +
+// offset, and the foreground box, the extent and near/far in world units.
+struct Normalization {
+  double scale = 1.0;
+  std::array<double, 3> offset{0, 0, 0};
+  std::array<double, 6> bounds{}, extent{};
+  double near = 0, far = 0;
+};
+// With `ngp`: instant-ngp's unit cube becomes [-1, 1]^3 and its aabb_scale box the extent.
+// Otherwise: the center is the point nearest to every camera's optical axis when the axes
+// converge in front of the cameras (object captures), else the mean camera center; the scale puts
+// the cameras at a median distance kCanonicalCameraDistance from it; the foreground is [-1, 1]^3
+// and the extent [-kUnboundedExtent, kUnboundedExtent]^3 (grown to hold the cameras and the bulk of
+// the points), or the foreground itself when `bounded` (images with alpha: nothing behind).
+// `normalize` = false keeps the capture's coordinates (scale 1) with the same boxes mapped back.
+// `recorded` (scale, offset) replaces the center and scale rule.
+Normalization normalization_for(
+    const std::vector<Camera>& cameras, const torch::Tensor& points_xyz,
+    const std::optional<NgpBox>& ngp, bool bounded, bool normalize,
+    const std::optional<std::pair<double, std::array<double, 3>>>& recorded = std::nullopt);
+// Applies world = scale * capture + offset to camera centers and points (rotations unchanged).
+void apply_normalization(const Normalization& n, std::vector<Camera>& cameras,
+                         torch::Tensor& points_xyz);
+
 // near: the smallest distance from a camera center to the box, at least 1% of far; far: the
 // largest distance from a camera center to a corner of the box.
 std::pair<double, double> near_far_from_bounds(const std::array<double, 6>& bounds,

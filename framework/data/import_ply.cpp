@@ -100,9 +100,9 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
   if (xyz_at[0] < 0 || xyz_at[1] < 0 || xyz_at[2] < 0)
     throw UserError(path + ": vertices need x, y and z properties");
 
-  torch::Tensor xyz = torch::empty({vertices, 3}, torch::kFloat32);
+  torch::Tensor xyz = torch::empty({vertices, 3}, torch::kFloat64);
   torch::Tensor rgb = torch::full({vertices, 3}, 255, torch::kUInt8);
-  float* xyz_out = xyz.data_ptr<float>();
+  double* xyz_out = xyz.data_ptr<double>();
   uint8_t* rgb_out = rgb.data_ptr<uint8_t>();
   std::vector<double> values(properties.size());
   size_t stride = 0;
@@ -121,7 +121,7 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
         offset += static_cast<size_t>(properties[i].bytes);
       }
     }
-    for (int a = 0; a < 3; ++a) xyz_out[v * 3 + a] = static_cast<float>(values[xyz_at[a]]);
+    for (int a = 0; a < 3; ++a) xyz_out[v * 3 + a] = values[xyz_at[a]];
     for (int c = 0; c < 3; ++c) {
       if (rgb_at[c] < 0) continue;
       double value = values[rgb_at[c]];
@@ -133,21 +133,25 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
 }
 
 void write_ply_points(const std::string& path, const torch::Tensor& xyz, const torch::Tensor& rgb) {
-  const torch::Tensor points = xyz.to(torch::kFloat32).contiguous();
+  // float64 coordinates are written as double: a transformed export then loses nothing.
+  const bool wide = xyz.scalar_type() == torch::kFloat64;
+  const torch::Tensor points = xyz.to(wide ? torch::kFloat64 : torch::kFloat32).contiguous();
   const torch::Tensor colors = rgb.to(torch::kUInt8).contiguous();
   const int64_t count = points.size(0);
   std::ofstream out(path, std::ios::binary);
   if (!out) throw UserError("cannot write " + path + " (check that the folder is writable)");
+  const char* type = wide ? "double" : "float";
   out << "ply\nformat binary_little_endian 1.0\ncomment written by tessera convert\n"
       << "element vertex " << count << "\n"
-      << "property float x\nproperty float y\nproperty float z\n"
+      << "property " << type << " x\nproperty " << type << " y\nproperty " << type << " z\n"
       << "property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n";
-  const float* p = points.data_ptr<float>();
+  const auto* p = static_cast<const char*>(points.data_ptr());
+  const size_t coords = 3 * points.element_size();
   const uint8_t* c = colors.data_ptr<uint8_t>();
-  std::vector<char> record(15);  // 3 floats and 3 bytes, packed
+  std::vector<char> record(coords + 3);  // 3 coordinates and 3 bytes, packed
   for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(record.data(), p + i * 3, 12);
-    std::memcpy(record.data() + 12, c + i * 3, 3);
+    std::memcpy(record.data(), p + i * coords, coords);
+    std::memcpy(record.data() + coords, c + i * 3, 3);
     out.write(record.data(), static_cast<std::streamsize>(record.size()));
   }
   if (!out.flush()) throw UserError("cannot write " + path + " (disk full?)");

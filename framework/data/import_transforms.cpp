@@ -276,14 +276,37 @@ ParsedSource parse_transforms(const std::string& path, int split_every) {
     assign_interval_splits(out.cameras, split_every);
   }
 
-  if (meta.contains("aabb_scale")) {
-    const double scale = as_number(meta["aabb_scale"], path, "aabb_scale");
-    if (scale <= 0) throw UserError(path + ": 'aabb_scale' must be > 0");
-    const double half = 0.5 * scale;
-    out.bounds = std::array<double, 6>{-half, -half, -half, half, half, half};
+  if (meta.contains("aabb_scale") || meta.contains("scale") || meta.contains("offset")) {
+    NgpBox box;
     std::ostringstream details;
-    details << "aabb_scale=" << scale;
+    if (meta.contains("aabb_scale")) {
+      box.aabb_scale = as_number(meta["aabb_scale"], path, "aabb_scale");
+      if (!(box.aabb_scale > 0)) throw UserError(path + ": 'aabb_scale' must be > 0");
+      details << "aabb_scale=" << box.aabb_scale;
+    }
+    if (meta.contains("scale")) {
+      box.scale = as_number(meta["scale"], path, "scale");
+      if (!(box.scale > 0)) throw UserError(path + ": 'scale' must be > 0");
+    }
+    if (meta.contains("offset")) {
+      const json& offset = meta["offset"];
+      if (!offset.is_array() || offset.size() != 3)
+        throw UserError(path + ": 'offset' must be an array of 3 numbers");
+      for (int a = 0; a < 3; ++a) box.offset[a] = as_number(offset[a], path, "offset");
+    }
+    out.ngp = box;
     out.details = details.str();
+  }
+  if (meta.contains("tessera_capture_transform")) {  // a Tessera export: its own normalization
+    const json& t = meta["tessera_capture_transform"];
+    if (!t.is_object() || !t.contains("scale") || !t.contains("offset") ||
+        !t["offset"].is_array() || t["offset"].size() != 3)
+      throw UserError(path + ": 'tessera_capture_transform' must be {\"scale\": s, \"offset\": [x, y, z]}");
+    std::array<double, 3> offset{};
+    for (int a = 0; a < 3; ++a) offset[a] = as_number(t["offset"][a], path, "tessera_capture_transform");
+    const double scale = as_number(t["scale"], path, "tessera_capture_transform");
+    if (!(scale > 0)) throw UserError(path + ": 'tessera_capture_transform' scale must be > 0");
+    out.recorded_transform = std::make_pair(scale, offset);
   }
   if (meta.contains("ply_file_path")) {  // nerfstudio's sparse points (ns-process-data, export)
     if (!meta["ply_file_path"].is_string()) throw UserError(path + ": 'ply_file_path' must be a string");

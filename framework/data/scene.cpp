@@ -31,6 +31,13 @@ std::string number(double value) {
 
 }  // namespace
 
+bool SceneMeta::unbounded() const {
+  for (int axis = 0; axis < 3; ++axis)
+    if (scene_extent[axis] < scene_bounds[axis] || scene_extent[axis + 3] > scene_bounds[axis + 3])
+      return true;
+  return false;
+}
+
 const char* to_string(Split split) {
   switch (split) {
     case Split::Train: return "train";
@@ -110,6 +117,19 @@ void validate_meta(const SceneMeta& meta, const std::string& origin) {
   for (double v : meta.background)
     if (!(v >= 0 && v <= 1))
       fail("background has " + number(v) + " (each of R, G, B must be in [0, 1])");
+  for (double v : meta.scene_extent)
+    if (!std::isfinite(v)) fail("scene_extent has a non-finite value (" + number(v) + ")");
+  for (int axis = 0; axis < 3; ++axis)
+    if (!(meta.scene_extent[axis] <= meta.scene_bounds[axis]) ||
+        !(meta.scene_extent[axis + 3] >= meta.scene_bounds[axis + 3]))
+      fail(std::string("scene_extent must contain scene_bounds; on ") + "xyz"[axis] + " it is [" +
+           number(meta.scene_extent[axis]) + ", " + number(meta.scene_extent[axis + 3]) +
+           "] around [" + number(meta.scene_bounds[axis]) + ", " +
+           number(meta.scene_bounds[axis + 3]) + "]");
+  if (!std::isfinite(meta.capture_scale) || !(meta.capture_scale > 0))
+    fail("capture_scale = " + number(meta.capture_scale) + " (need a finite value > 0)");
+  for (double v : meta.capture_offset)
+    if (!std::isfinite(v)) fail("capture_offset has a non-finite value (" + number(v) + ")");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -38,6 +38,18 @@ struct SceneMeta {
   double far = 0.0;                        // ray end distance
   std::array<double, 3> background{1, 1, 1};  // RGB in [0, 1] behind the scene
   std::string source;                      // what it was made from ("synth:objects", "colmap:/path")
+  // Everything the cameras see (xmin..zmax). Equal to scene_bounds for a bounded scene (synthetic
+  // objects, Blender); larger for a real capture whose backgrounds and walls lie outside the
+  // foreground box scene_bounds: such a scene is unbounded and NeRF contracts space beyond it.
+  std::array<double, 6> scene_extent{};
+  // The import's normalization (docs/datasets.md): world = capture_scale * capture +
+  // capture_offset, a similarity without rotation from the capture's own coordinates into the
+  // canonical world the models expect. Identity when the source was used as it is.
+  double capture_scale = 1.0;
+  std::array<double, 3> capture_offset{0, 0, 0};
+
+  // True when scene_extent reaches beyond scene_bounds on some side.
+  bool unbounded() const;
 };
 
 // Throws UserError naming `origin` and the camera index when a camera is unusable: non-finite

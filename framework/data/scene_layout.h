@@ -21,6 +21,10 @@ constexpr const char* kNearAttr = "near";
 constexpr const char* kFarAttr = "far";
 constexpr const char* kBackgroundAttr = "background";
 constexpr const char* kSourceAttr = "source";
+// Optional (absent in files written before them: extent = scene_bounds, identity transform).
+constexpr const char* kExtentAttr = "scene_extent";
+constexpr const char* kCaptureScaleAttr = "capture_scale";
+constexpr const char* kCaptureOffsetAttr = "capture_offset";
 
 // Groups and datasets (paths below the root, without the leading '/').
 constexpr const char* kCameras = "cameras";

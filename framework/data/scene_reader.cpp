@@ -98,6 +98,17 @@ struct SceneReader::Impl {
     const auto source = h5::read_string_attribute(file.get(), layout::kSourceAttr);
     if (!source) fail("root attribute 'source' is missing or not a string");
     meta.source = *source;
+    meta.scene_extent = meta.scene_bounds;  // files without the optional attributes
+    if (h5::has_attribute(file.get(), layout::kExtentAttr)) {
+      const std::vector<double> extent = float_attribute(layout::kExtentAttr, 6);
+      std::copy(extent.begin(), extent.end(), meta.scene_extent.begin());
+    }
+    if (h5::has_attribute(file.get(), layout::kCaptureScaleAttr))
+      meta.capture_scale = float_attribute(layout::kCaptureScaleAttr, 1)[0];
+    if (h5::has_attribute(file.get(), layout::kCaptureOffsetAttr)) {
+      const std::vector<double> offset = float_attribute(layout::kCaptureOffsetAttr, 3);
+      std::copy(offset.begin(), offset.end(), meta.capture_offset.begin());
+    }
     layout::validate_meta(meta, path);
   }
 

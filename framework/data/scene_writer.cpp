@@ -113,10 +113,12 @@ struct SceneWriter::Impl {
   }
 };
 
-SceneWriter::SceneWriter(const std::string& path, const SceneMeta& meta,
+SceneWriter::SceneWriter(const std::string& path, const SceneMeta& given,
                          const std::vector<Camera>& cameras, bool with_alpha)
     : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
+  SceneMeta meta = given;
+  if (meta.scene_extent == std::array<double, 6>{}) meta.scene_extent = meta.scene_bounds;  // unset
   w.path = path;
   w.cameras = cameras;
   w.with_alpha = with_alpha;
@@ -141,6 +143,11 @@ SceneWriter::SceneWriter(const std::string& path, const SceneMeta& meta,
   h5::write_doubles_attribute(root, layout::kBackgroundAttr,
                               {meta.background.begin(), meta.background.end()});
   h5::write_string_attribute(root, layout::kSourceAttr, meta.source);
+  h5::write_doubles_attribute(root, layout::kExtentAttr,
+                              {meta.scene_extent.begin(), meta.scene_extent.end()});
+  h5::write_double_attribute(root, layout::kCaptureScaleAttr, meta.capture_scale);
+  h5::write_doubles_attribute(root, layout::kCaptureOffsetAttr,
+                              {meta.capture_offset.begin(), meta.capture_offset.end()});
   w.write_cameras();
   h5::create_group(root, layout::kImages);
   w.rgb = w.create_image_store(layout::kRgb, 3);

@@ -1,4 +1,4 @@
-// The `tessera synth` ray caster: textures, Lambert shading, OpenCV pinhole cameras, anti-aliased
+// The `tessera synth` ray caster: textures, Lambert shading, OpenCV cameras (lens.h), anti-aliased
 // rendering in parallel over rows, and surface points. Shares no code with any model renderer.
 #include "framework/data/synth.h"
 
@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "framework/data/lens.h"
 
 namespace tessera::data::synth {
 
@@ -163,7 +165,8 @@ Camera pinhole_camera(int width, int height, double fov_deg, const std::array<do
 
 Ray camera_ray(const Camera& camera, double px, double py) {
   const auto& m = camera.camera_to_world;
-  const Vec3 d{(px - camera.cx) / camera.fx, (py - camera.cy) / camera.fy, 1.0};
+  Vec3 d{(px - camera.cx) / camera.fx, (py - camera.cy) / camera.fy, 1.0};
+  if (has_distortion(camera)) undistort(camera, d.x, d.y, &d.x, &d.y);
   const Vec3 world{m[0] * d.x + m[1] * d.y + m[2] * d.z, m[4] * d.x + m[5] * d.y + m[6] * d.z,
                    m[8] * d.x + m[9] * d.y + m[10] * d.z};
   return {{m[3], m[7], m[11]}, normalize(world)};
@@ -176,8 +179,15 @@ bool project(const Camera& camera, const Vec3& world, double* px, double* py) {
   const Vec3 c{m[0] * v.x + m[4] * v.y + m[8] * v.z, m[1] * v.x + m[5] * v.y + m[9] * v.z,
                m[2] * v.x + m[6] * v.y + m[10] * v.z};
   if (c.z <= 0) return false;
-  *px = camera.fx * c.x / c.z + camera.cx;
-  *py = camera.fy * c.y / c.z + camera.cy;
+  if (!has_distortion(camera)) {
+    *px = camera.fx * c.x / c.z + camera.cx;
+    *py = camera.fy * c.y / c.z + camera.cy;
+    return true;
+  }
+  double x, y;
+  distort(camera, c.x / c.z, c.y / c.z, &x, &y);
+  *px = camera.fx * x + camera.cx;
+  *py = camera.fy * y + camera.cy;
   return true;
 }
 

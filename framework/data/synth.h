@@ -55,6 +55,9 @@ struct SynthOptions {
   int width = kDefaultWidth;
   int height = kDefaultHeight;
   uint64_t seed = kDefaultSeed;
+  // OpenCV k1, k2, p1, p2 of every camera (`--distortion`); all 0 gives pinhole cameras. The
+  // poses and fx, fy, cx, cy do not depend on it: only where each pixel looks does.
+  std::array<double, 4> distortion{0, 0, 0, 0};
 };
 
 // Procedural color as a function of the surface point in the shape's local frame.
@@ -105,7 +108,8 @@ struct SynthScene {
 
 // The preset names, sorted.
 std::vector<std::string> preset_names();
-// Throws UserError for an unknown preset (listing the known ones) or numbers out of range.
+// Throws UserError for an unknown preset (listing the known ones), numbers out of range, or a
+// distortion that is not finite or cannot be undistorted over the whole image (lens.h).
 void validate_options(const SynthOptions& options);
 // The scene and its cameras; a pure function of the options. Throws as validate_options.
 SynthScene build_scene(const SynthOptions& options);
@@ -118,9 +122,11 @@ std::array<double, 16> look_at(const Vec3& eye, const Vec3& target);
 // A pinhole camera of the given size and horizontal field of view, centered principal point.
 Camera pinhole_camera(int width, int height, double fov_deg, const std::array<double, 16>& c2w);
 // The world ray through continuous pixel coordinates (px, py); pixel (u, v) has its center at
-// (u + 0.5, v + 0.5).
+// (u + 0.5, v + 0.5). The pixel is undistorted through the camera's lens first (lens.h), so a
+// distorted camera renders what a real lens would record.
 Ray camera_ray(const Camera& camera, double px, double py);
-// Where a world point lands in the image (continuous pixel coordinates); false behind the camera.
+// Where a world point lands in the image (continuous pixel coordinates, through the lens
+// distortion); false behind the camera.
 bool project(const Camera& camera, const Vec3& world, double* px, double* py);
 
 // The nearest surface along a ray.

@@ -2,11 +2,14 @@
 // and `room` (an enclosed textured room, cameras inside looking outward). Pure functions of options.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <stdexcept>
 
 #include "distributed/errors.h"
+#include "framework/data/lens.h"
 #include "framework/data/synth.h"
 
 namespace tessera::data::synth {
@@ -119,10 +122,22 @@ double narrow_half_fov(int width, int height) {
   return std::atan(std::min(tan_h, tan_v));
 }
 
-// The half-angle between the optical axis and the farthest image corner.
-double corner_half_fov(int width, int height) {
+// Every camera of a preset: the pinhole of the options' size and the fixed field of view, with the
+// options' lens distortion (which changes where pixels look, not the pose or the intrinsics).
+Camera preset_camera(const SynthOptions& o, const std::array<double, 16>& c2w) {
+  Camera camera = pinhole_camera(o.width, o.height, kFieldOfViewDeg, c2w);
+  camera.k1 = o.distortion[0], camera.k2 = o.distortion[1];
+  camera.p1 = o.distortion[2], camera.p2 = o.distortion[3];
+  return camera;
+}
+
+// The widest angle between the optical axis and the ray of any image point: at the farthest image
+// corner for a pinhole, wherever the lens sends the border furthest out otherwise.
+double widest_ray_angle(const SynthOptions& o) {
+  const Camera camera = preset_camera(o, look_at({0, 0, 0}, {1, 0, 0}));
+  if (has_distortion(camera)) return std::atan(max_ray_tangent(camera));
   const double tan_h = std::tan(0.5 * kFieldOfViewDeg * kDeg);
-  return std::atan(tan_h * std::hypot(1.0, static_cast<double>(height) / width));
+  return std::atan(tan_h * std::hypot(1.0, static_cast<double>(o.height) / o.width));
 }
 
 // ---- objects --------------------------------------------------------------------------------
@@ -186,7 +201,7 @@ void build_objects(SynthScene& scene) {
     const double d = distance * (1 + kDistanceJitter * cam_rng.uniform(-1, 1));
     const double rxy = std::sqrt(1 - z * z);
     const Vec3 eye = center + Vec3{rxy * std::cos(phi), rxy * std::sin(phi), z} * d;
-    scene.cameras.push_back(pinhole_camera(o.width, o.height, kFieldOfViewDeg, look_at(eye, center)));
+    scene.cameras.push_back(preset_camera(o, look_at(eye, center)));
     d_min = std::min(d_min, d), d_max = std::max(d_max, d);
   }
   // Every surface point lies in the bounding sphere, so both its distance and its depth along the
@@ -305,14 +320,32 @@ void build_room(SynthScene& scene) {
     if (clearance < kCameraClearance)
       throw std::logic_error("synth room: no clear camera position for view " + std::to_string(i));
     clearance_min = std::min(clearance_min, clearance);
-    scene.cameras.push_back(
-        pinhole_camera(o.width, o.height, kFieldOfViewDeg, look_at(eye, eye + dir)));
+    scene.cameras.push_back(preset_camera(o, look_at(eye, eye + dir)));
   }
   // Every visible point is at least `clearance_min` away, hence at depth >= that times the cosine
   // of the widest ray angle; nothing inside the room is farther than its diagonal.
-  scene.meta.near = 0.95 * clearance_min * std::cos(corner_half_fov(o.width, o.height));
+  scene.meta.near = 0.95 * clearance_min * std::cos(widest_ray_angle(o));
   scene.meta.far = std::sqrt(4 * kRoomX * kRoomX + 4 * kRoomY * kRoomY + kRoomZ * kRoomZ) +
                    kBoundsMargin;
+}
+
+// "K1,K2,P1,P2" as given (shortest round-trip form of each double).
+std::string distortion_text(const std::array<double, 4>& d) {
+  std::string text;
+  for (double v : d) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%.17g", v);
+    for (int precision = 1; precision < 17; ++precision) {  // shortest that reads back exactly
+      char shorter[32];
+      std::snprintf(shorter, sizeof shorter, "%.*g", precision, v);
+      if (std::strtod(shorter, nullptr) == v) {
+        std::snprintf(number, sizeof number, "%s", shorter);
+        break;
+      }
+    }
+    text += (text.empty() ? "" : ",") + std::string(number);
+  }
+  return text;
 }
 
 using PresetBuilder = std::function<void(SynthScene&)>;
@@ -347,6 +380,18 @@ void validate_options(const SynthOptions& options) {
       throw UserError(std::string(flag) + " " + std::to_string(value) + " is out of range: use " +
                       std::to_string(kMinSide) + " to " + std::to_string(kMaxSide) + " pixels");
   }
+  const char* names[4] = {"K1", "K2", "P1", "P2"};
+  for (int i = 0; i < 4; ++i)
+    if (!std::isfinite(options.distortion[i]))
+      throw UserError("--distortion " + distortion_text(options.distortion) + ": " + names[i] +
+                      " is not finite; give four finite numbers K1,K2,P1,P2");
+  // The lens must be invertible over the whole image: every pixel needs exactly one ray.
+  const std::string problem =
+      distortion_problem(preset_camera(options, look_at({0, 0, 0}, {1, 0, 0})));
+  if (!problem.empty())
+    throw UserError("--distortion " + distortion_text(options.distortion) + " is unusable for a " +
+                    std::to_string(options.width) + "x" + std::to_string(options.height) +
+                    " image: " + problem + "; use smaller coefficients");
 }
 
 SynthScene build_scene(const SynthOptions& options) {
@@ -357,6 +402,8 @@ SynthScene build_scene(const SynthOptions& options) {
   scene.meta.source = "synth:" + options.preset + " seed=" + std::to_string(options.seed) +
                       " views=" + std::to_string(options.views) + " " +
                       std::to_string(options.width) + "x" + std::to_string(options.height);
+  if (has_distortion(scene.cameras.at(0)))
+    scene.meta.source += " distortion=" + distortion_text(options.distortion);
   for (size_t i = 0; i < scene.cameras.size(); ++i) scene.cameras[i].split = split_of_view(i);
   return scene;
 }

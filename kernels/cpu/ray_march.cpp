@@ -24,20 +24,25 @@ constexpr int64_t kRaysPerTask = 64;
 
 // The box and grid as the marching loop uses them; scale is G / (hi - lo), rounded once.
 struct Grid {
-  float lo[3], hi[3], scale[3];
+  float lo[3], hi[3];          // the clipping box
+  float cell_lo[3], scale[3];  // the grid's lower corner and G / extent (contracted: -2, G / 4)
   int64_t res[3];
   const uint8_t* occupied;  // [Gx, Gy, Gz] contiguous, nonzero = occupied
 };
 
-Grid make_grid(const torch::Tensor& aabb,        // [6] on the CPU
-               const torch::Tensor& occupancy) {  // [Gx, Gy, Gz] contiguous uint8
+Grid make_grid(const torch::Tensor& aabb,         // [6] on the CPU
+               const torch::Tensor& occupancy,    // [Gx, Gy, Gz] contiguous uint8
+               bool contract) {
   const float* box = aabb.data_ptr<float>();
   Grid g;
   for (int a = 0; a < 3; ++a) {
     g.lo[a] = box[a];
     g.hi[a] = box[a + 3];
     g.res[a] = occupancy.size(a);
-    g.scale[a] = static_cast<float>(g.res[a]) / (g.hi[a] - g.lo[a]);
+    // Contracted space spans [-2, 2]: the grid's cells divide that, the aabb only clips.
+    const float cell_lo = contract ? -2.0f : g.lo[a], cell_hi = contract ? 2.0f : g.hi[a];
+    g.cell_lo[a] = cell_lo;
+    g.scale[a] = static_cast<float>(g.res[a]) / (cell_hi - cell_lo);
   }
   g.occupied = occupancy.data_ptr<uint8_t>();
   return g;
@@ -46,7 +51,7 @@ Grid make_grid(const torch::Tensor& aabb,        // [6] on the CPU
 // Index of the cell containing p_a along axis a, clamped into the grid (points on the far face
 // and rounding just outside the box fall into the border cell).
 inline int64_t cell_of(float p, int a, const Grid& g) {
-  const float v = (p - g.lo[a]) * g.scale[a];
+  const float v = (p - g.cell_lo[a]) * g.scale[a];
   if (!(v > 0.0f)) return 0;
   if (v >= static_cast<float>(g.res[a])) return g.res[a] - 1;
   return static_cast<int64_t>(v);
@@ -91,8 +96,17 @@ int64_t march_ray(const float* o, const float* d, float near, float far, const G
     if (t_next > t_end || t_next == t) break;
     const float t_mid = t + 0.5f * dt;
     const float p[3] = {o[0] + t_mid * d[0], o[1] + t_mid * d[1], o[2] + t_mid * d[2]};
-    const int64_t cell = (cell_of(p[0], 0, g) * g.res[1] + cell_of(p[1], 1, g)) * g.res[2] +
-                         cell_of(p[2], 2, g);
+    float q[3] = {p[0], p[1], p[2]};  // where the grid is looked up
+    if (params.contract) {
+      const float ax = std::fabs(q[0]), ay = std::fabs(q[1]), az = std::fabs(q[2]);
+      const float m = ax > ay ? (ax > az ? ax : az) : (ay > az ? ay : az);
+      if (m > 1.0f) {
+        const float s = (2.0f - 1.0f / m) / m;
+        q[0] = q[0] * s, q[1] = q[1] * s, q[2] = q[2] * s;
+      }
+    }
+    const int64_t cell = (cell_of(q[0], 0, g) * g.res[1] + cell_of(q[1], 1, g)) * g.res[2] +
+                         cell_of(q[2], 2, g);
     if (g.occupied[cell]) {
       emit(kept, t_mid, dt, p);
       if (++kept == params.max_samples_per_ray) break;
@@ -112,7 +126,7 @@ RayMarchOutput ray_march_fwd(const torch::Tensor& origins, const torch::Tensor& 
                       t_near = near.contiguous(), t_far = far.contiguous();
   torch::Tensor occ = occupancy.contiguous();
   if (occ.scalar_type() == torch::kBool) occ = occ.view(torch::kUInt8);  // same bytes, 0 or 1
-  const Grid grid = make_grid(aabb.contiguous(), occ);
+  const Grid grid = make_grid(aabb.contiguous(), occ, params.contract);
   const int64_t num_rays = o.size(0);
   const float* po = o.data_ptr<float>();
   const float* pd = d.data_ptr<float>();

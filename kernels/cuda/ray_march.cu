@@ -17,7 +17,8 @@ constexpr int kThreadsPerBlock = 256;
 // The box and grid, passed by value to the kernels; scale is G / (hi - lo), rounded once on the
 // host exactly as the CPU implementation does.
 struct Grid {
-  float lo[3], hi[3], scale[3];
+  float lo[3], hi[3];          // the clipping box
+  float cell_lo[3], scale[3];  // the grid's lower corner and G / extent (contracted: -2, G / 4)
   int64_t res[3];
 };
 
@@ -29,7 +30,7 @@ __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b);
 __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
 
 __device__ __forceinline__ int64_t cell_of(float p, int a, const Grid& g) {
-  const float v = mul(sub(p, g.lo[a]), g.scale[a]);
+  const float v = mul(sub(p, g.cell_lo[a]), g.scale[a]);
   if (!(v > 0.0f)) return 0;
   if (v >= static_cast<float>(g.res[a])) return g.res[a] - 1;
   return static_cast<int64_t>(v);
@@ -40,7 +41,7 @@ __device__ __forceinline__ int64_t cell_of(float p, int a, const Grid& g) {
 template <bool Fill>
 __device__ int64_t march_ray(const float* __restrict__ o, const float* __restrict__ d, float near,
                              float far, const Grid& g, const uint8_t* __restrict__ occupied,
-                             float step_size, float cone_angle, float max_step,
+                             float step_size, float cone_angle, float max_step, bool contract,
                              int64_t max_samples, int64_t ray, int64_t base,
                              float* __restrict__ ts, float* __restrict__ deltas,
                              float* __restrict__ positions, int64_t* __restrict__ ray_indices) {
@@ -80,8 +81,17 @@ __device__ int64_t march_ray(const float* __restrict__ o, const float* __restric
     const float px = add(o[0], mul(t_mid, d[0]));
     const float py = add(o[1], mul(t_mid, d[1]));
     const float pz = add(o[2], mul(t_mid, d[2]));
+    float qx = px, qy = py, qz = pz;  // where the grid is looked up
+    if (contract) {
+      const float ax = fabsf(qx), ay = fabsf(qy), az = fabsf(qz);
+      const float m = ax > ay ? (ax > az ? ax : az) : (ay > az ? ay : az);
+      if (m > 1.0f) {
+        const float s = div(sub(2.0f, div(1.0f, m)), m);
+        qx = mul(qx, s), qy = mul(qy, s), qz = mul(qz, s);
+      }
+    }
     const int64_t cell =
-        (cell_of(px, 0, g) * g.res[1] + cell_of(py, 1, g)) * g.res[2] + cell_of(pz, 2, g);
+        (cell_of(qx, 0, g) * g.res[1] + cell_of(qy, 1, g)) * g.res[2] + cell_of(qz, 2, g);
     if (occupied[cell]) {
       if (Fill) {
         const int64_t i = base + kept;
@@ -100,7 +110,7 @@ __device__ int64_t march_ray(const float* __restrict__ o, const float* __restric
 }
 
 __global__ void ray_march_count_kernel(
-    int64_t num_rays, Grid grid, float step_size, float cone_angle, float max_step,
+    int64_t num_rays, Grid grid, float step_size, float cone_angle, float max_step, bool contract,
     int64_t max_samples,
     const float* __restrict__ origins,     // [R, 3]
     const float* __restrict__ directions,  // [R, 3]
@@ -111,12 +121,12 @@ __global__ void ray_march_count_kernel(
   const int64_t ray = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (ray >= num_rays) return;
   counts[ray] = march_ray<false>(origins + 3 * ray, directions + 3 * ray, near[ray], far[ray],
-                                 grid, occupied, step_size, cone_angle, max_step, max_samples,
-                                 ray, 0, nullptr, nullptr, nullptr, nullptr);
+                                 grid, occupied, step_size, cone_angle, max_step, contract,
+                                 max_samples, ray, 0, nullptr, nullptr, nullptr, nullptr);
 }
 
 __global__ void ray_march_fill_kernel(
-    int64_t num_rays, Grid grid, float step_size, float cone_angle, float max_step,
+    int64_t num_rays, Grid grid, float step_size, float cone_angle, float max_step, bool contract,
     int64_t max_samples,
     const float* __restrict__ origins,     // [R, 3]
     const float* __restrict__ directions,  // [R, 3]
@@ -134,7 +144,7 @@ __global__ void ray_march_fill_kernel(
   if (offsets[ray + 1] == base) return;
   const int64_t kept = march_ray<true>(origins + 3 * ray, directions + 3 * ray, near[ray],
                                        far[ray], grid, occupied, step_size, cone_angle, max_step,
-                                       max_samples, ray, base, ts, deltas, positions, ray_indices);
+                                       contract, max_samples, ray, base, ts, deltas, positions, ray_indices);
   CUDA_KERNEL_ASSERT_MSG(kept == offsets[ray + 1] - base,
                          "ray_march: the fill pass disagrees with the count pass");
 }
@@ -150,7 +160,7 @@ void launch_count(const torch::Tensor& o, const torch::Tensor& d, const torch::T
   const int64_t num_rays = o.size(0);
   if (num_rays == 0) return;
   ray_march_count_kernel<<<blocks_for(num_rays), kThreadsPerBlock, 0, stream>>>(
-      num_rays, grid, p.step_size, p.cone_angle, p.max_step, p.max_samples_per_ray,
+      num_rays, grid, p.step_size, p.cone_angle, p.max_step, p.contract, p.max_samples_per_ray,
       o.data_ptr<float>(), d.data_ptr<float>(), near.data_ptr<float>(), far.data_ptr<float>(),
       occ.data_ptr<uint8_t>(), counts.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -162,7 +172,7 @@ void launch_fill(const torch::Tensor& o, const torch::Tensor& d, const torch::Te
   const int64_t num_rays = o.size(0);
   if (num_rays == 0 || out.ts.numel() == 0) return;
   ray_march_fill_kernel<<<blocks_for(num_rays), kThreadsPerBlock, 0, stream>>>(
-      num_rays, grid, p.step_size, p.cone_angle, p.max_step, p.max_samples_per_ray,
+      num_rays, grid, p.step_size, p.cone_angle, p.max_step, p.contract, p.max_samples_per_ray,
       o.data_ptr<float>(), d.data_ptr<float>(), near.data_ptr<float>(), far.data_ptr<float>(),
       occ.data_ptr<uint8_t>(), out.ray_offsets.data_ptr<int64_t>(), out.ts.data_ptr<float>(),
       out.deltas.data_ptr<float>(), out.positions.data_ptr<float>(),
@@ -188,7 +198,11 @@ RayMarchOutput ray_march_fwd(const torch::Tensor& origins, const torch::Tensor& 
     grid.lo[a] = b[a];
     grid.hi[a] = b[a + 3];
     grid.res[a] = occ.size(a);
-    grid.scale[a] = static_cast<float>(grid.res[a]) / (grid.hi[a] - grid.lo[a]);
+    // As the CPU's make_grid: contracted space spans [-2, 2] and the aabb only clips.
+    const float cell_lo = params.contract ? -2.0f : grid.lo[a];
+    const float cell_hi = params.contract ? 2.0f : grid.hi[a];
+    grid.cell_lo[a] = cell_lo;
+    grid.scale[a] = static_cast<float>(grid.res[a]) / (cell_hi - cell_lo);
   }
   const int64_t num_rays = o.size(0);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

@@ -17,6 +17,7 @@ namespace {
 // What a random stream is for; mixed into every hash so that streams never collide.
 constexpr uint64_t kPurposeInitPosition = 0x696e6974706f73ull;  // "initpos"
 constexpr uint64_t kPurposeInitColour = 0x696e6974636f6cull;    // "initcol"
+constexpr uint64_t kPurposeInitShell = 0x696e69747368656cull;    // "initshel"
 
 // Grid kNN: about this many points per cell for uniformly spread points, and at most this many
 // cells per point (flat or clustered point sets would otherwise ask for a huge grid).
@@ -276,6 +277,55 @@ KnnResult knn(const torch::Tensor& points, int k, int64_t first, int64_t count) 
   return out;
 }
 
+namespace {
+
+// Random Gaussians of an unbounded scene: the share placed between the bounds and the extent.
+// Half: the backgrounds of real captures fill most of each photo, the foreground the rest.
+constexpr double kBackgroundShare = 0.5;
+
+// Uniform samples of the contracted shell 1 < |q|_inf <= c_max around the bounds' frame (center,
+// largest half-width), mapped back to world: |p|_inf = 1 / (2 - |q|_inf) (the inverse of the
+// L-inf contraction), c_max = 2 - 1 / (extent reach), so that the samples stay in the extent.
+class ShellSampler {
+ public:
+  ShellSampler(const std::array<double, 6>& bounds, const std::optional<std::array<double, 6>>& extent) {
+    if (!extent) return;
+    for (int a = 0; a < 3; ++a) {
+      center_[a] = 0.5 * (bounds[a] + bounds[a + 3]);
+      half_ = std::max(half_, 0.5 * (bounds[a + 3] - bounds[a]));
+    }
+    double reach = 0;  // the extent's farthest face, in foreground half-widths
+    for (int a = 0; a < 3; ++a)
+      reach = std::max({reach, (center_[a] - (*extent)[a]) / half_, ((*extent)[a + 3] - center_[a]) / half_});
+    if (half_ > 0 && reach > 1.0) c_max_ = 2.0 - 1.0 / reach;
+  }
+  bool active() const { return c_max_ > 1.0; }
+  // u: three uniforms in [0, 1) -> one world point in the shell.
+  void place(const double u[3], float* out) const {
+    // Radius with density ~ r^2 (the area of the cube shell at r), a face (axis and side) from
+    // the first uniform's top bits, and the other two coordinates uniform on that face.
+    const double r = std::cbrt(1.0 + u[0] * (c_max_ * c_max_ * c_max_ - 1.0));
+    const int face = static_cast<int>(u[1] * 6.0);
+    const int axis = face % 3;
+    const double side = face < 3 ? -1.0 : 1.0;
+    const double v = u[1] * 6.0 - face;  // what is left of u[1] after the face: uniform again
+    double q[3];
+    q[axis] = side * r;
+    q[(axis + 1) % 3] = (2.0 * v - 1.0) * r;
+    q[(axis + 2) % 3] = (2.0 * u[2] - 1.0) * r;
+    const double world_reach = 1.0 / (2.0 - r);  // |p|_inf for |q|_inf = r
+    for (int a = 0; a < 3; ++a)
+      out[a] = static_cast<float>(center_[a] + half_ * q[a] / r * world_reach);
+  }
+
+ private:
+  double center_[3] = {0, 0, 0};
+  double half_ = 0;
+  double c_max_ = 1.0;
+};
+
+}  // namespace
+
 GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& rgb,
                                 const std::array<double, 6>& bounds, const InitOptions& options,
                                 torch::Device device, int64_t* total) {
@@ -292,15 +342,21 @@ GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& r
     colours = torch::empty({n, 3}, torch::kFloat32);
     float* m = means.data_ptr<float>();
     float* c = colours.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
+    const ShellSampler shell(bounds, options.extent);
+    for (int64_t i = 0; i < n; ++i) {
+      double u[3];
       for (int a = 0; a < 3; ++a) {
-        const double u = uniform_from_hash(
-            hash_values({options.seed, kPurposeInitPosition, static_cast<uint64_t>(i),
-                         static_cast<uint64_t>(a)}));
-        m[i * 3 + a] = static_cast<float>(bounds[a] + (bounds[a + 3] - bounds[a]) * u);
+        u[a] = uniform_from_hash(hash_values({options.seed, kPurposeInitPosition,
+                                              static_cast<uint64_t>(i), static_cast<uint64_t>(a)}));
+        m[i * 3 + a] = static_cast<float>(bounds[a] + (bounds[a + 3] - bounds[a]) * u[a]);
         c[i * 3 + a] = static_cast<float>(uniform_from_hash(hash_values(
             {options.seed, kPurposeInitColour, static_cast<uint64_t>(i), static_cast<uint64_t>(a)})));
       }
+      if (shell.active() &&
+          uniform_from_hash(hash_values({options.seed, kPurposeInitShell, static_cast<uint64_t>(i)})) <
+              kBackgroundShare)
+        shell.place(u, m + i * 3);
+    }
   }
   const auto [first, last] = even_slice(means.size(0), options.part, options.parts);
   if (total != nullptr) *total = means.size(0);
@@ -332,7 +388,9 @@ GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions
     xyz = scene.read_points_xyz();
     rgb = scene.read_points_rgb();
   }
-  return init_from_points(xyz, rgb, scene.meta().scene_bounds, options, device, total);
+  InitOptions resolved = options;
+  if (scene.meta().unbounded() && !resolved.extent) resolved.extent = scene.meta().scene_extent;
+  return init_from_points(xyz, rgb, scene.meta().scene_bounds, resolved, device, total);
 }
 
 }  // namespace tessera::models::gaussians

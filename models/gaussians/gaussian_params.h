@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -115,6 +116,11 @@ struct InitOptions {
   // which need an exact count whatever the scene holds.
   bool ignore_points = false;
   uint64_t seed = 0;
+  // Unbounded scenes (backgrounds beyond the bounds): the box everything seen lies in. Random
+  // init then puts a kBackgroundShare of the Gaussians in the space between the bounds and this
+  // box, uniformly in the contracted space of a contracted NeRF (kernels/ray_march.h), i.e. ever
+  // sparser with the distance, as the backgrounds the cameras see are. Unset: all in the bounds.
+  std::optional<std::array<double, 6>> extent;
   // Build only the even slice `part` of `parts` of the set (each rank its own share, so that no
   // rank holds the whole set; the neighbour search still sees every point). Rows are the same
   // as those of the whole set.
@@ -124,14 +130,15 @@ struct InitOptions {
 // From points: means = points, sh_dc = (rgb / 255 - 0.5) / C0, sh_rest = 0,
 // log_scales = log(sqrt(max(mean of the 3 nearest squared distances, 1e-7))) on all three axes,
 // quats = (1, 0, 0, 0), opacity_logits = logit(0.1). With no points (P = 0): random_count
-// means uniform in `bounds` and colours uniform in [0, 1], a pure function of (seed, index).
+// means uniform in `bounds` (and around it out to options.extent, see InitOptions) and colours
+// uniform in [0, 1], a pure function of (seed, index).
 GaussianParams init_from_points(const torch::Tensor& xyz,  // [P, 3] float32
                                 const torch::Tensor& rgb,  // [P, 3] uint8
                                 const std::array<double, 6>& bounds,  // xmin..zmax
                                 const InitOptions& options, torch::Device device = torch::kCPU,
                                 int64_t* total = nullptr);  // receives N, the whole set's size
 // The scene's points (SceneReader) or, without any (or with options.ignore_points), random init
-// in meta().scene_bounds.
+// in meta().scene_bounds, and out to meta().scene_extent for an unbounded scene.
 GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,
                                torch::Device device = torch::kCPU, int64_t* total = nullptr);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "distributed/errors.h"
+#include "framework/data/lens.h"
 #include "models/gaussians/gaussian_render.h"
 #include "models/gaussians/ply.h"
 
@@ -65,7 +66,9 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
   init.parts = size;
   const GaussianParams mine = options_.init_ply.empty()
                                   ? init_from_scene(scene, init, device, &n)
-                                  : read_ply(options_.init_ply, device, r, size, &n);
+                                  : capture_to_world(read_ply(options_.init_ply, device, r, size, &n),
+                                                     scene.meta().capture_scale,
+                                                     scene.meta().capture_offset);
   if (n == 0)
     throw UserError((options_.init_ply.empty() ? std::string("the scene") : options_.init_ply) +
                     ": no Gaussians to start from");
@@ -205,7 +208,10 @@ torch::Tensor GaussianTrainer::target(int64_t camera_index, double scale) {
   auto it = targets_.find(key);
   if (it != targets_.end()) return it->second;
   const RenderCamera cam = make_render_camera(scene_.cameras()[camera_index], scale);
-  torch::Tensor image = scene_.read_image_over_background(static_cast<size_t>(camera_index));
+  // The rasterizer is a pinhole: a target taken through a distorted lens is undistorted first.
+  const data::Camera& camera = scene_.cameras()[camera_index];
+  torch::Tensor image = data::undistort_image(
+      scene_.read_image_over_background(static_cast<size_t>(camera_index)), camera);
   image = resize_image(image, cam.width, cam.height).to(comm_.device());
   if (options_.cache_targets) {
     // Coarse-to-fine leaves a scale behind for good: drop the targets of other scales.
@@ -360,7 +366,8 @@ torch::Tensor GaussianTrainer::canonical_ids(int root) {
 
 void GaussianTrainer::export_ply(const std::string& path) {
   GaussianParams p = canonical_params(0);
-  if (comm_.rank() == 0) write_ply(path, p);
+  const auto& meta = scene_.meta();  // PLY files are in the capture's coordinates (ply.h)
+  if (comm_.rank() == 0) write_ply(path, world_to_capture(p, meta.capture_scale, meta.capture_offset));
 }
 
 MemoryStats GaussianTrainer::memory() const { return memory_stats(comm_.device()); }

@@ -7,6 +7,7 @@
 #include "distributed/gaussian_sharding_exchange.h"
 #include "kernels/gaussian_projection.h"
 #include "kernels/gaussian_rasterize.h"
+#include "framework/data/lens.h"
 #include "framework/metrics.h"
 #include "kernels/spherical_harmonics.h"
 #include "models/gaussians/gaussian_render.h"
@@ -204,7 +205,9 @@ GaussianTrainer::EvalScores GaussianTrainer::evaluate(
   EvalScores scores;
   for (size_t v : views) {
     const torch::Tensor image = render(static_cast<int64_t>(v)).to(torch::kCPU).clamp(0, 1);
-    torch::Tensor target = scene_.read_image_over_background(v);
+    // Pinhole render against a pinhole target: a distorted capture is undistorted first.
+    torch::Tensor target =
+        data::undistort_image(scene_.read_image_over_background(v), scene_.cameras().at(v));
     if (target.sizes() != image.sizes()) target = resize_image(target, image.size(1), image.size(0));
     scores.psnr += psnr(image, target);
     scores.ssim += ssim(image, target);

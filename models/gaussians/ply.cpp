@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -205,6 +206,31 @@ GaussianParams read_ply(const std::string& path, torch::Device device, int64_t p
   if (device != torch::kCPU)
     for (torch::Tensor* t : p.fields()) *t = t->detach().to(device).set_requires_grad(true);
   return p;
+}
+
+namespace {
+
+// means -> means * scale + shift, log_scales -> log_scales + log(scale); the rest unchanged.
+GaussianParams similarity(const GaussianParams& params, double scale, const std::array<double, 3>& shift) {
+  const torch::Tensor t =
+      torch::tensor({shift[0], shift[1], shift[2]}, torch::kFloat64).to(params.means.device());
+  const torch::Tensor means =
+      (params.means.detach().to(torch::kFloat64) * scale + t).to(torch::kFloat32);
+  const torch::Tensor log_scales = params.log_scales.detach() + static_cast<float>(std::log(scale));
+  return make_params(means, log_scales, params.quats.detach(), params.opacity_logits.detach(),
+                     params.sh_dc.detach(), params.sh_rest.detach());
+}
+
+}  // namespace
+
+GaussianParams world_to_capture(const GaussianParams& params, double scale,
+                                const std::array<double, 3>& offset) {
+  return similarity(params, 1.0 / scale, {-offset[0] / scale, -offset[1] / scale, -offset[2] / scale});
+}
+
+GaussianParams capture_to_world(const GaussianParams& params, double scale,
+                                const std::array<double, 3>& offset) {
+  return similarity(params, scale, offset);
 }
 
 }  // namespace tessera::models::gaussians

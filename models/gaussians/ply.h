@@ -2,6 +2,7 @@
 // x y z nx ny nz f_dc_0..2 f_rest_0..44 opacity scale_0..2 rot_0..3, values before activation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -33,5 +34,15 @@ void write_ply(const std::string& path, const GaussianParams& params);
 // validated); `total` receives the file's vertex count.
 GaussianParams read_ply(const std::string& path, torch::Device device = torch::kCPU,
                         int64_t part = 0, int64_t parts = 1, int64_t* total = nullptr);
+
+// PLY files are in the capture's own coordinates (the dataset's normalization undone: docs/
+// datasets.md, "Scene normalization"), training is in the dataset's world. The normalization is a
+// similarity without rotation, world = scale * capture + offset, so only means and log_scales
+// change; rotations, opacities and SH coefficients are the same in both.
+// In place on detached copies: returns new tensors (leaves that require grad, like read_ply's).
+GaussianParams world_to_capture(const GaussianParams& params, double scale,
+                                const std::array<double, 3>& offset);
+GaussianParams capture_to_world(const GaussianParams& params, double scale,
+                                const std::array<double, 3>& offset);
 
 }  // namespace tessera::models::gaussians

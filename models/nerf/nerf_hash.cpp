@@ -1,9 +1,11 @@
 // nerf-hash: hash encoding -> density MLP -> colour MLP, marched through the occupancy grid.
 #include "models/nerf/nerf_hash.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
+#include "distributed/errors.h"
 #include "framework/checkpoint.h"
 #include "framework/checkpoint_policy.h"
 #include "kernels/ray_march.h"
@@ -12,8 +14,25 @@
 
 namespace tessera::models::nerf {
 
+namespace {
+
+// The contracted space [-2, 2]^3 that the grids of unbounded scenes cover.
+constexpr std::array<double, 6> kContractedBox{-2, -2, -2, 2, 2, 2};
+
+// L-inf scene contraction (kernels/ray_march.h, RayMarchParams::contract): identity inside
+// [-1, 1]^3, (2 - 1/m) p / m outside, m = |p|_inf. [M, 3] -> [M, 3] in [-2, 2]^3.
+torch::Tensor contract(const torch::Tensor& p) {
+  const torch::Tensor m = std::get<0>(p.abs().max(1, true)).clamp_min(1.0f);
+  return p * ((2.0f - 1.0f / m) / m);
+}
+
+}  // namespace
+
 NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, uint64_t seed)
-    : options_(options), context_(context), grid_(options.grid, context.scene_bounds, context.device) {
+    : options_(options),
+      context_(context),
+      grid_(options.grid, context.unbounded() ? kContractedBox : context.scene_bounds,
+            context.device) {
   encoding_.levels = options_.levels;
   encoding_.features_per_level = options_.features_per_level;
   encoding_.log2_hashmap_size = options_.log2_hashmap_size;
@@ -44,7 +63,30 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
   const double diag = std::sqrt((b[3] - b[0]) * (b[3] - b[0]) + (b[4] - b[1]) * (b[4] - b[1]) +
                                 (b[5] - b[2]) * (b[5] - b[2]));
   if (!(diag > 0)) throw std::invalid_argument("nerf-hash: empty scene bounds");
-  step_size_ = static_cast<float>(diag / options_.steps_per_diagonal);
+  contract_ = context.unbounded();
+  clip_box_ = torch::empty({6}, torch::kFloat32);
+  if (contract_) {
+    // The frame: the foreground box's center at the origin, its largest half-width 1.
+    double half = 0;
+    for (int a = 0; a < 3; ++a) {
+      frame_center_[a] = static_cast<float>(0.5 * (b[a] + b[a + 3]));
+      half = std::max(half, 0.5 * (b[a + 3] - b[a]));
+    }
+    frame_scale_ = static_cast<float>(1.0 / half);
+    for (int i = 0; i < 6; ++i)
+      clip_box_[i] = static_cast<float>((context.scene_extent[i] - frame_center_[i % 3]) * frame_scale_);
+    step_size_ = static_cast<float>(2.0 * std::sqrt(3.0) / options_.steps_per_diagonal);
+  } else {
+    for (int i = 0; i < 6; ++i) clip_box_[i] = static_cast<float>(b[i]);
+    step_size_ = static_cast<float>(diag / options_.steps_per_diagonal);
+  }
+}
+
+torch::Tensor NerfHash::to_frame(const torch::Tensor& world) const {
+  if (!contract_) return world;
+  const auto center = torch::tensor({frame_center_[0], frame_center_[1], frame_center_[2]})
+                          .to(world.device());
+  return (world - center) * frame_scale_;
 }
 
 std::vector<ParamGroup> NerfHash::parameter_groups() {
@@ -68,6 +110,7 @@ std::vector<std::pair<std::string, torch::Tensor>> NerfHash::state_tensors() {
 }
 
 torch::Tensor NerfHash::normalize(const torch::Tensor& positions) const {
+  if (contract_) return (contract(positions) + 2.0f) * 0.25f;
   const auto& b = context_.scene_bounds;
   auto lo = torch::tensor({static_cast<float>(b[0]), static_cast<float>(b[1]), static_cast<float>(b[2])});
   auto inv = torch::tensor({static_cast<float>(1.0 / (b[3] - b[0])), static_cast<float>(1.0 / (b[4] - b[1])),
@@ -89,19 +132,38 @@ std::vector<torch::Tensor> NerfHash::color_mlp(const std::vector<torch::Tensor>&
 }
 
 torch::Tensor NerfHash::density(const torch::Tensor& positions) {
-  const auto enc = kernels::hash_encoding(normalize(positions), embeddings_, encoding_);
+  const auto enc = kernels::hash_encoding(normalize(to_frame(positions)), embeddings_, encoding_);
   const auto features = density_mlp({enc})[0];
   return torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
 }
 
-RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
-  (void)context;  // marching is deterministic; the grid is the only state it reads
+torch::Tensor NerfHash::grid_density(const torch::Tensor& grid_positions) {
+  // Contracted grid positions are already in [-2, 2]^3: contract() leaves them unchanged
+  // except for rounding at |q| > 1, so map them straight to [0, 1]^3.
+  const auto unit = contract_ ? (grid_positions + 2.0f) * 0.25f : normalize(grid_positions);
+  const auto enc = kernels::hash_encoding(unit, embeddings_, encoding_);
+  const auto features = density_mlp({enc})[0];
+  return torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
+}
+
+kernels::RayMarchOutput NerfHash::march(const RayBatch& rays) const {
   kernels::RayMarchParams params;
   params.step_size = step_size_;
-  params.cone_angle = 0.0f;
+  params.cone_angle = contract_ ? options_.unbounded_cone_angle : 0.0f;
+  params.contract = contract_;
   params.max_samples_per_ray = options_.max_samples_per_ray;
-  const auto march = kernels::ray_march(rays.origins, rays.directions, rays.near, rays.far,
-                                        grid_.aabb(), grid_.bitfield(), params);
+  if (!contract_)
+    return kernels::ray_march(rays.origins, rays.directions, rays.near, rays.far, clip_box_,
+                              grid_.bitfield(), params);
+  // Marching space is world scaled by frame_scale_: distances along the (unit) directions
+  // scale alike, so t, deltas and near/far are in frame units.
+  return kernels::ray_march(to_frame(rays.origins), rays.directions, rays.near * frame_scale_,
+                            rays.far * frame_scale_, clip_box_, grid_.bitfield(), params);
+}
+
+RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
+  (void)context;  // marching is deterministic; the grid is the only state it reads
+  const auto march = this->march(rays);
 
   const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
@@ -114,9 +176,9 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
 
   const auto out = kernels::volume_render(sigmas, rgbs, march.deltas, march.ts, march.ray_offsets);
   RenderResult result;
-  result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * rays.background.view({1, 3});
+  result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * rays.background.reshape({-1, 3});
   result.opacity = out.opacity;
-  result.depth = out.depth;
+  result.depth = contract_ ? out.depth / frame_scale_ : out.depth;  // world units
   result.samples = march.ts.size(0);
   return result;
 }
@@ -124,15 +186,10 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
 std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const StepContext& context) {
   (void)context;
   const auto dev = rays.origins.device();
-  kernels::RayMarchParams params;
-  params.step_size = step_size_;
-  params.cone_angle = 0.0f;
-  params.max_samples_per_ray = options_.max_samples_per_ray;
   torch::Tensor enc, sh;
   {
     torch::NoGradGuard no_grad;
-    const auto march = kernels::ray_march(rays.origins, rays.directions, rays.near, rays.far,
-                                          grid_.aabb(), grid_.bitfield(), params);
+    const auto march = this->march(rays);
     enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
     sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   }
@@ -152,15 +209,26 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
 void NerfHash::after_step(const StepContext& context, distributed::Communicator& comm) {
   if (options_.grid_update_interval <= 0 || (context.step + 1) % options_.grid_update_interval != 0)
     return;
-  // Stored as optical thickness of one marching step (sigma * step), as instant-ngp does, so the
-  // threshold does not depend on the scene's scale.
-  const float step = step_size_;
-  grid_.update([this, step](const torch::Tensor& p) { return density(p) * step; }, context.seed,
+  // Stored as optical thickness (sigma * step), as instant-ngp does, so the threshold does not
+  // depend on the scene's scale; the step is instant-ngp's reference step (diagonal / 1024), not
+  // the coarser one marched here, so that the same densities are pruned as there.
+  const float step = step_size_ * static_cast<float>(options_.steps_per_diagonal) /
+                     static_cast<float>(options_.grid_reference_steps);
+  grid_.update([this, step](const torch::Tensor& p) { return grid_density(p) * step; }, context.seed,
                context.step, &comm);
 }
 
 std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& context) {
-  return std::make_unique<NerfHash>(NerfHashOptions{}, context, static_cast<uint64_t>(config.run.seed));
+  NerfHashOptions options;  // 0 (a Config built in code, not parsed) keeps the option's default
+  const ModelConfig& m = config.model;
+  if (m.hash_levels > 0) options.levels = static_cast<int>(m.hash_levels);
+  if (m.hash_log2_size > 0) options.log2_hashmap_size = static_cast<int>(m.hash_log2_size);
+  if (m.hash_max_resolution > 0) options.finest_resolution = static_cast<int>(m.hash_max_resolution);
+  if (options.finest_resolution < options.base_resolution)
+    throw UserError("model.hash_max_resolution (" + std::to_string(options.finest_resolution) +
+                    ") must be at least the coarsest level's " +
+                    std::to_string(options.base_resolution));
+  return std::make_unique<NerfHash>(options, context, static_cast<uint64_t>(config.run.seed));
 }
 
 }  // namespace tessera::models::nerf

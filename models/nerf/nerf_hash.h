@@ -2,12 +2,14 @@
 // density MLP, an SH-conditioned colour MLP, occupancy-grid ray marching and volume rendering.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "framework/model.h"
 #include "kernels/hash_encoding.h"
+#include "kernels/ray_march.h"
 #include "models/nerf/nerf_common.h"
 #include "models/nerf/occupancy_grid.h"
 
@@ -35,7 +37,20 @@ struct NerfHashOptions {
   float max_log_density = 15.0f;
   // Marching: constant step = box diagonal / 256 (instant-ngp's bounded-scene default), cone 0.
   int steps_per_diagonal = 256;
+  // The occupancy threshold (grid.threshold, instant-ngp's NERF_MIN_OPTICAL_THICKNESS) applies to
+  // sigma times instant-ngp's step, diagonal / 1024 (its NERF_STEPS), whatever step is marched:
+  // with the marching step instead, every cell of an untrained model (sigma ~ 1) would stay
+  // occupied 4x longer, and a real capture's rays would sample all of empty space for hundreds
+  // of steps.
+  int grid_reference_steps = 1024;
   int64_t max_samples_per_ray = 1024;
+  // Unbounded scenes (ModelContext::unbounded: real captures whose backgrounds lie beyond the
+  // foreground box): space is contracted (mip-NeRF 360, L-inf as nerfacto) so the hash grid and
+  // the occupancy grid cover everything out to infinity in [-2, 2]^3, and steps grow with the
+  // distance (cone tracing): dt = max(step, t * cone_angle). instant-ngp uses 1/256 for large
+  // scenes; 1/128 halves the far-field samples on CPU for a step that still stays below the
+  // contracted grid's cell size out to ~10 foreground radii.
+  float unbounded_cone_angle = 1.0f / 128.0f;
   // Occupancy grid, refreshed every `grid_update_interval` steps (instant-ngp: 16).
   OccupancyGridOptions grid{};
   int64_t grid_update_interval = 16;
@@ -58,11 +73,21 @@ class NerfHash : public Model {
 
   OccupancyGrid& occupancy_grid() { return grid_; }
   float step_size() const { return step_size_; }
-  // sigma at world positions [M, 3] (differentiable; used by the grid update under no-grad).
+  bool contracted() const { return contract_; }
+  // sigma at world positions [M, 3] (differentiable).
   torch::Tensor density(const torch::Tensor& positions);
+  // sigma at positions in the occupancy grid's space [M, 3]: world (bounded scenes) or the
+  // contracted space [-2, 2]^3 (unbounded); what the grid update evaluates.
+  torch::Tensor grid_density(const torch::Tensor& grid_positions);
 
  private:
-  torch::Tensor normalize(const torch::Tensor& positions) const;  // world -> [0, 1]^3
+  // Marching space: world for bounded scenes; for unbounded ones the frame in which the
+  // foreground box is [-1, 1]^3 (p' = (p - center) * frame_scale_).
+  torch::Tensor to_frame(const torch::Tensor& world) const;
+  // Marching space -> the hash grid's [0, 1]^3 (through the contraction when unbounded).
+  torch::Tensor normalize(const torch::Tensor& positions) const;
+  // Marches `rays` through the occupancy grid (in marching space).
+  kernels::RayMarchOutput march(const RayBatch& rays) const;
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
   std::vector<torch::Tensor> color_mlp(const std::vector<torch::Tensor>& in) const;
 
@@ -74,6 +99,10 @@ class NerfHash : public Model {
   std::vector<DenseLayer> color_layers_;
   OccupancyGrid grid_;
   float step_size_ = 0.0f;
+  bool contract_ = false;
+  std::array<float, 3> frame_center_{0, 0, 0};
+  float frame_scale_ = 1.0f;
+  torch::Tensor clip_box_;  // [6] float32 on the CPU: the rays' box in marching space
   bool checkpoint_density_ = false;
   bool checkpoint_color_ = false;
 };

@@ -203,7 +203,7 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   const auto offsets = torch::arange(0, (r + 1) * s, s, torch::TensorOptions().dtype(torch::kInt64).device(dev));
   const auto vr = kernels::volume_render(sigmas, out_heads[1], deltas.reshape({-1}), ts.reshape({-1}), offsets);
   RenderResult result;
-  result.rgb = vr.rgb + (1.0 - vr.opacity).unsqueeze(1) * rays.background.view({1, 3});
+  result.rgb = vr.rgb + (1.0 - vr.opacity).unsqueeze(1) * rays.background.reshape({-1, 3});
   result.opacity = vr.opacity;
   result.depth = vr.depth;
   result.samples = r * s;

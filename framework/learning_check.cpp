@@ -1,0 +1,55 @@
+// LearningCheck (learning_check.h): a plateau test on the loss and the causes it names.
+#include "framework/learning_check.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace tessera {
+
+namespace {
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+LearningCheck::LearningCheck(int64_t after, std::string family)
+    : after_(after), family_(std::move(family)) {}
+
+std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
+  if (after_ <= 0 || done_) return std::nullopt;
+  if (first_step_ < 0) first_step_ = step;
+  if (!std::isfinite(loss)) return std::nullopt;  // skipped steps have their own policy
+  const int64_t window = std::min<int64_t>(kWindow, std::max<int64_t>(1, after_ / 4));
+  if (static_cast<int64_t>(first_.size()) < window) first_.push_back(loss);
+  last_.push_back(loss);
+  if (static_cast<int64_t>(last_.size()) > window) last_.erase(last_.begin());
+  if (step + 1 < first_step_ + after_) return std::nullopt;
+  done_ = true;
+  const double before = mean(first_), now = mean(last_);
+  if (now <= (1.0 - kMinImprovement) * before) return std::nullopt;
+  char head[256];
+  std::snprintf(head, sizeof(head),
+                "the loss is not improving: mean %.4g over the first %lld steps, %.4g over the "
+                "last %lld of %lld steps. Likely causes: ",
+                before, static_cast<long long>(window), now, static_cast<long long>(window),
+                static_cast<long long>(after_));
+  std::string causes =
+      "(1) poses: a wrong convention or scale makes the views disagree (`tessera info` shows "
+      "where the cameras sit; transforms.json is OpenGL, COLMAP is OpenCV); "
+      "(2) bounds: the scene must lie in the dataset's scene_bounds and its backgrounds in "
+      "scene_extent (re-import without --keep-coordinates, or give aabb_scale / COLMAP points); "
+      "(3) background: a capture without alpha has no white background to fall back on; ";
+  causes += family_ == "gaussians"
+                ? "(4) initialization: without SfM points the random Gaussians must cover what the "
+                  "cameras see (model.random_count, the dataset's scene_extent); "
+                  "(5) learning rates: model.*_lr too high or too low for the scene's scale."
+                : "(4) learning rate: train.lr too high (loss stuck) or too low; "
+                  "(5) lens distortion or images at another size than the cameras "
+                  "(`tessera convert --images-scaled`).";
+  return std::string(head) + causes + " See docs/datasets.md, \"Training your own capture\".";
+}
+
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// Notices a run that is not learning: the mean loss of the last steps compared with that of the
+// first steps after a few hundred steps, and a warning that names the likely causes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+class LearningCheck {
+ public:
+  // Steps averaged at each end: long enough to smooth one batch's noise, short next to `after`.
+  static constexpr int64_t kWindow = 50;
+  // The last window's mean must be at least this much below the first window's: a model that
+  // learns anything at all cuts its photometric loss by far more than 10% in a few hundred steps.
+  static constexpr double kMinImprovement = 0.10;
+
+  // `after` = 0 disables the check. `family` words the causes ("nerf" or "gaussians").
+  LearningCheck(int64_t after, std::string family);
+
+  // Called every step with that step's loss (identical on every rank). Returns the warning once,
+  // at `first step + after`, when the loss has not improved enough; nothing otherwise.
+  std::optional<std::string> observe(int64_t step, double loss);
+
+ private:
+  int64_t after_;
+  std::string family_;
+  int64_t first_step_ = -1;
+  bool done_ = false;
+  std::vector<double> first_, last_;  // the first window and a ring of the newest losses
+};
+
+}  // namespace tessera
