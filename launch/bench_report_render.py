@@ -464,6 +464,11 @@ def main():
             table(["benchmark", "seconds", "status", "command"],
                   [[c["label"], c["seconds"], "ok" if c["rc"] == "0" else c["rc"], f"`{c['cmd']}`"] for c in cmds]),
             ""]
+    # Training quality on real captures is measured by hand (minutes of training per run, not a
+    # benchmark): its figures live in docs/performance/real_captures.md and are included as they are.
+    captures = os.path.join(doc_dir, "performance", "real_captures.md")
+    if os.path.exists(captures):
+        doc += [open(captures).read().strip(), ""]
     doc.append(GPU_SECTION)
     if a.gpu_results:
         summary = os.path.join(a.gpu_results, "summary.md")
