@@ -196,7 +196,7 @@ const std::vector<KeySpec>& schema() {
           .doc("NeRF, datasets with alpha: `random` composites each training ray's target over a random color and renders over the same one (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; `dataset` uses the dataset's background. No effect without alpha; eval always uses the dataset's background."),
       key("train", "check_learning_after", [](auto& c) -> auto& { return c.train.check_learning_after; })
           .defaults_to(300).range(0, kMaxTrainSteps)
-          .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the first 50; 0 = never."),
+          .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
           .doc("Schedule of the sampling rate, the fraction of training rays (NeRF) or views (`gaussians`) drawn per epoch."),

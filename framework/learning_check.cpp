@@ -23,7 +23,9 @@ std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
   if (first_step_ < 0) first_step_ = step;
   if (!std::isfinite(loss)) return std::nullopt;  // skipped steps have their own policy
   const int64_t window = std::min<int64_t>(kWindow, std::max<int64_t>(1, after_ / 4));
-  if (static_cast<int64_t>(first_.size()) < window) first_.push_back(loss);
+  const int64_t warmup = after_ / kWarmupDivisor;
+  if (step >= first_step_ + warmup && static_cast<int64_t>(first_.size()) < window)
+    first_.push_back(loss);
   last_.push_back(loss);
   if (static_cast<int64_t>(last_.size()) > window) last_.erase(last_.begin());
   if (step + 1 < first_step_ + after_) return std::nullopt;
@@ -32,10 +34,10 @@ std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
   if (now <= (1.0 - kMinImprovement) * before) return std::nullopt;
   char head[256];
   std::snprintf(head, sizeof(head),
-                "the loss is not improving: mean %.4g over the first %lld steps, %.4g over the "
-                "last %lld of %lld steps. Likely causes: ",
-                before, static_cast<long long>(window), now, static_cast<long long>(window),
-                static_cast<long long>(after_));
+                "the loss is not improving: mean %.4g over steps %lld-%lld, %.4g over the last "
+                "%lld of %lld steps. Likely causes: ",
+                before, static_cast<long long>(warmup + 1), static_cast<long long>(warmup + window),
+                now, static_cast<long long>(window), static_cast<long long>(after_));
   std::string causes =
       "(1) poses: a wrong convention or scale makes the views disagree (`tessera info` shows "
       "where the cameras sit; transforms.json is OpenGL, COLMAP is OpenCV); "

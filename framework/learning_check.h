@@ -13,6 +13,10 @@ class LearningCheck {
  public:
   // Steps averaged at each end: long enough to smooth one batch's noise, short next to `after`.
   static constexpr int64_t kWindow = 50;
+  // The first window starts after this fraction of `after`: in the first steps any model, even
+  // one that learns nothing, falls from its initial loss to the images' mean color, and that
+  // transient must not count as learning.
+  static constexpr int64_t kWarmupDivisor = 6;
   // The last window's mean must be at least this much below the first window's: a model that
   // learns anything at all cuts its photometric loss by far more than 10% in a few hundred steps.
   static constexpr double kMinImprovement = 0.10;
@@ -21,7 +25,8 @@ class LearningCheck {
   LearningCheck(int64_t after, std::string family);
 
   // Called every step with that step's loss (identical on every rank). Returns the warning once,
-  // at `first step + after`, when the loss has not improved enough; nothing otherwise.
+  // at `first step + after`, when the mean loss of the last window is not kMinImprovement below
+  // that of the window starting `after / kWarmupDivisor` steps in; nothing otherwise.
   std::optional<std::string> observe(int64_t step, double loss);
 
  private:
@@ -29,7 +34,7 @@ class LearningCheck {
   std::string family_;
   int64_t first_step_ = -1;
   bool done_ = false;
-  std::vector<double> first_, last_;  // the first window and a ring of the newest losses
+  std::vector<double> first_, last_;  // the first window after the warm-up, the newest losses
 };
 
 }  // namespace tessera
