@@ -1,4 +1,4 @@
-// The data plane: collectives on torch tensors behind one interface (DESIGN.md §1).
+// The data plane: collectives on torch tensors behind one interface (docs/distributed.md).
 // MpiCommunicator serves CPU tensors (and CI); NcclCommunicator serves CUDA tensors.
 #pragma once
 

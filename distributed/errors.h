@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-// Exit codes of the `tessera` executable (DESIGN.md §6).
+// Exit codes of the `tessera` executable (README.md, "Exit codes").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;      // anything unexpected
 constexpr int kExitBadInput = 2;     // config, dataset or CLI input that the user must fix

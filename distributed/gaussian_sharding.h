@@ -1,4 +1,4 @@
-// Gaussian ownership for sharded 3DGS (DESIGN.md §3): Morton codes, cost-balanced contiguous
+// Gaussian ownership for sharded 3DGS (docs/distributed.md): Morton codes, cost-balanced contiguous
 // ranges of the global Morton order, row migration with all-to-all-v, rebalancing, canonical gather.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Image-space side of sharded 3DGS (DESIGN.md §3.3-4): cost-balanced contiguous tile blocks per
+// Image-space side of sharded 3DGS (docs/distributed.md): cost-balanced contiguous tile blocks per
 // rank, the ranks each projected Gaussian must reach, and the differentiable all-to-all-v exchange.
 #pragma once
 

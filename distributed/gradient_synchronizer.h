@@ -1,4 +1,4 @@
-// Bucketed, fused gradient allreduce overlapped with backward (DESIGN.md §3.3), in the manner of
+// Bucketed, fused gradient allreduce overlapped with backward (docs/distributed.md), in the manner of
 // PyTorch DDP's Reducer: gradients are copied into flat buckets that are reduced as they fill.
 #pragma once
 
@@ -22,7 +22,7 @@ struct GradientSyncOptions {
   int64_t first_bucket_bytes = int64_t{1} << 20;   // 1 MiB
   int64_t bucket_bytes = int64_t{25} << 20;        // 25 MiB
   // false: param.grad() ends as the sum over ranks (the trainer normalizes each loss by the
-  // global ray count, DESIGN.md §3.3). true: the mean over ranks.
+  // global ray count, docs/distributed.md). true: the mean over ranks.
   bool average = false;
 };
 

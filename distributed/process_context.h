@@ -1,5 +1,5 @@
 // The control plane: MPI start-up, rank discovery, local rank and device choice, CPU thread share,
-// and whole-job abort (DESIGN.md §1). One per process; the communicators borrow it.
+// and whole-job abort (docs/distributed.md). One per process; the communicators borrow it.
 #pragma once
 
 #include <mpi.h>

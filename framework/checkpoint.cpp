@@ -1,5 +1,5 @@
 // checkpoint(): a torch::autograd::Function that keeps only a segment's inputs and recomputes it
-// in backward, replaying the RNG and autocast state of the forward (DESIGN §4 invariant 3).
+// in backward, replaying the RNG and autocast state of the forward (docs/checkpointing.md, invariant 3).
 //
 // Why a torch::autograd::Function and not a hand-written Node: in LibTorch 2.11,
 // Function<T>::apply() extracts every tensor of an at::TensorList argument as a separate

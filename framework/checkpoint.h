@@ -16,7 +16,7 @@ using SegmentFn = std::function<std::vector<torch::Tensor>(const std::vector<tor
 struct CheckpointOptions {
   // Stash the CPU generator (and the CUDA generators of the inputs' devices) at forward and
   // replay it for the recompute, so dropout and sampling jitter recompute identically
-  // (DESIGN §4 invariant 3). Turning it off exists for tests and for segments known to draw no
+  // (docs/checkpointing.md, invariant 3). Turning it off exists for tests and for segments known to draw no
   // random numbers; it is never what the trainer wants.
   bool preserve_rng_state = true;
 };

@@ -107,7 +107,7 @@ KeySpec key(std::string section, std::string name, Field field) {
   return spec;
 }
 
-// Every section, in DESIGN.md order (sections without keys included).
+// Every section, in the order of docs/config.md (sections without keys included).
 const std::vector<std::string>& sections();
 // Every key, in resolution order: a computed default may read keys listed before it.
 const std::vector<KeySpec>& schema();

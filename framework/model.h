@@ -23,7 +23,7 @@ struct ParamGroup {
   std::vector<torch::Tensor> params;
 };
 
-// A batch of rays in world space (OpenCV cameras, DESIGN.md §5). All tensors on the model's device.
+// A batch of rays in world space (OpenCV cameras, docs/datasets.md). All tensors on the model's device.
 struct RayBatch {
   torch::Tensor origins;     // [R, 3] float32
   torch::Tensor directions;  // [R, 3] float32, unit length
@@ -46,7 +46,7 @@ struct RenderResult {
 
 // Where in training a call happens. Any randomness a model draws must be a pure function of
 // (seed, step) and of the ray's identity, never of the rank or of the batch split, so that N ranks
-// train exactly like one (DESIGN.md invariant 1).
+// train exactly like one (docs/training_loop.md, invariant 1).
 struct StepContext {
   int64_t step = 0;
   uint64_t seed = 0;

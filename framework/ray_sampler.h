@@ -1,5 +1,5 @@
 // The global ray batch of a NeRF step as a pure function of (seed, step, sampling schedule), its
-// per-rank slice, and the pixel -> ray math of OpenCV cameras (DESIGN.md §3, invariant 1).
+// per-rank slice, and the pixel -> ray math of OpenCV cameras (docs/training_loop.md, invariant 1).
 #pragma once
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // SnapshotWriter: writes a tessera-snapshot v1 file collectively, under a temporary name, and
-// renames it into place on commit; every failure is agreed across ranks (DESIGN.md §4.6).
+// renames it into place on commit; every failure is agreed across ranks (docs/formats.md).
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/statvfs.h>

@@ -1,4 +1,4 @@
-// The NeRF training loop (DESIGN.md §3): sharded ray batches, micro-batch accumulation, bucketed
+// The NeRF training loop (docs/training_loop.md): sharded ray batches, micro-batch accumulation, bucketed
 // gradient sync, loss scaling, Adam, LR and sampling schedules, eval and run-directory output.
 #pragma once
 

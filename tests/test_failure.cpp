@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// DESIGN.md: nothing may hang; every rank must be gone within this.
+// docs/distributed.md: nothing may hang; every rank must be gone within this.
 constexpr auto kDeadline = std::chrono::seconds(60);
 constexpr int kRanks = 3;
 

@@ -260,7 +260,7 @@ TEST(GradientSync, MicroBatchesSyncOnlyOnTheLast) {
     for (int k = 0; k < kMicro; ++k) all.push_back(batch(r, k, 0, k == 0));
   report_grads("micro-batches", p, reference_grads(all));
 
-  // DESIGN invariant 2: the same as one batch K * N times the size (rays concatenated).
+  // docs/distributed.md, invariant 2: the same as one batch K * N times the size (rays concatenated).
   Batch big;
   std::vector<torch::Tensor> xs, cs;
   big.e = torch::zeros({300}, torch::kFloat64);

@@ -1,4 +1,4 @@
-// DESIGN.md invariants 1, 2, 3 and 5 with the real NeRF models through the Trainer, under
+// docs/training_loop.md, invariants 1, 2, 3 and 5 with the real NeRF models through the Trainer, under
 // mpiexec -n 1, 2, 3, on a tiny synthetic scene: N ranks equal one rank, accumulation equals a
 // large batch, exact checkpointing and rate agreement.
 #include <gtest/gtest.h>

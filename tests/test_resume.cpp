@@ -1,4 +1,4 @@
-// `tessera train` end to end in new processes under mpiexec: snapshots and resume (DESIGN
+// `tessera train` end to end in new processes under mpiexec: snapshots and resume (docs/training_loop.md
 // invariants 4 and 6: exact resume, another world size, a killed rank, SIGTERM), for NeRF and
 // 3DGS runs, and `tessera export`.
 #include <gtest/gtest.h>

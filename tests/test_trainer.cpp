@@ -439,7 +439,7 @@ TEST_F(TrainerTest, ResumeRefusesAnotherModel) {
   }
 }
 
-// DESIGN §4d: SIGTERM on one rank stops every rank after the same step, with one snapshot.
+// docs/training_loop.md: SIGTERM on one rank stops every rank after the same step, with one snapshot.
 TEST_F(TrainerTest, SignalStopsEveryRankWithASnapshot) {
   TrainerOptions o = options();
   o.steps = 50;
@@ -457,7 +457,7 @@ TEST_F(TrainerTest, SignalStopsEveryRankWithASnapshot) {
   EXPECT_EQ(validate_snapshot(s.last_snapshot), "");
 }
 
-// DESIGN §4c: non-finite losses skip steps on every rank; after max_skipped_steps in a row the
+// docs/training_loop.md: non-finite losses skip steps on every rank; after max_skipped_steps in a row the
 // run stops with a message naming the last snapshot, which stays loadable.
 TEST_F(TrainerTest, RepeatedNonFiniteStepsStopTheRun) {
   TrainerOptions o = options();

@@ -1,4 +1,4 @@
-// The tessera-scene v1 dataset (DESIGN.md §5, docs/formats.md): cameras, images, optional alpha
+// The tessera-scene v1 dataset (docs/formats.md): cameras, images, optional alpha
 // and points, in one HDF5 file. SceneWriter streams it to a temporary name and renames it when
 // complete; SceneReader validates it and reads only the images a rank asks for (hyperslabs).
 #pragma once

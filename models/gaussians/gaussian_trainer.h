@@ -1,4 +1,4 @@
-// Sharded 3DGS training in the manner of Grendel-GS (DESIGN.md §3): Gaussians owned by ranks,
+// Sharded 3DGS training in the manner of Grendel-GS (docs/gaussians.md): Gaussians owned by ranks,
 // image tiles split across ranks, projected attributes exchanged by all-to-all-v, Adam local.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Shared pieces of the NeRF models: counter-based randomness (pure functions of seed, step,
-// purpose and ids, DESIGN §4 invariant 1) and plain dense layers initialized from a seed.
+// purpose and ids, docs/nerf.md, invariant 1) and plain dense layers initialized from a seed.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // The NeRF occupancy grid (instant-ngp's density grid, single level): per-cell density values
-// with an EMA, a threshold, and the binary grid ray_march skips empty space with (DESIGN §3.4).
+// with an EMA, a threshold, and the binary grid ray_march skips empty space with (docs/nerf.md).
 #pragma once
 
 #include <torch/torch.h>
