@@ -28,6 +28,8 @@ struct ModelConfig {
   int64_t hash_levels = 0;
   int64_t hash_log2_size = 0;
   int64_t hash_max_resolution = 0;
+  int64_t march_steps = 0;          // 0 = NerfHashOptions::steps_per_diagonal
+  double distortion_weight = 0.0;
   // `gaussians` only (docs/gaussians.md):
   int64_t views_per_step = 1;
   double resolution_scale = 1.0;

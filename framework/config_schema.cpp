@@ -119,6 +119,12 @@ const std::vector<KeySpec>& schema() {
       key("model", "hash_max_resolution", [](auto& c) -> auto& { return c.model.hash_max_resolution; })
           .defaults_to(256).range(16, 1 << 16)
           .doc("`nerf-hash`: the finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene); about 2x the image side resolves what the images show (instant-ngp: 2048)."),
+      key("model", "march_steps", [](auto& c) -> auto& { return c.model.march_steps; })
+          .defaults_to(256).range(16, 4096)
+          .doc("`nerf-hash`: ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube)."),
+      key("model", "distortion_weight", [](auto& c) -> auto& { return c.model.distortion_weight; })
+          .defaults_to(0.0).range(0.0, 1.0)
+          .doc("`nerf-hash`: weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface, which removes the fog and floaters a real capture otherwise grows (nerfacto: 0.002); 0 = off."),
       key("model", "views_per_step", [](auto& c) -> auto& { return c.model.views_per_step; })
           .defaults_to(1).range(1, 4096)
           .doc("`gaussians`: training views per step (the view batch); learning rates scale with its square root."),
@@ -193,7 +199,7 @@ const std::vector<KeySpec>& schema() {
           .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
       key("train", "background", [](auto& c) -> auto& { return c.train.background; })
           .defaults_to("random").one_of({"random", "dataset"})
-          .doc("NeRF, datasets with alpha: `random` composites each training ray's target over a random color and renders over the same one (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; `dataset` uses the dataset's background. No effect without alpha; eval always uses the dataset's background."),
+          .doc("NeRF: `random` renders each training ray over its own random color. With alpha the target is composited over the same color (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; unbounded datasets without alpha (real captures) keep the photo as target, so the model learns that every ray ends on something opaque instead of fitting a fog over the background (instant-ngp). `dataset` uses the dataset's background. No effect on bounded datasets without alpha; eval always uses the dataset's background."),
       key("train", "check_learning_after", [](auto& c) -> auto& { return c.train.check_learning_after; })
           .defaults_to(300).range(0, kMaxTrainSteps)
           .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),

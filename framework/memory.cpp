@@ -4,9 +4,14 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -126,6 +131,16 @@ CountingCpuAllocator* CountingCpuAllocator::instance = nullptr;
 std::once_flag g_install_once;
 
 }  // namespace
+
+void retain_freed_host_memory() {
+#if defined(__GLIBC__)
+  for (const char* name : {"MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                           "GLIBC_TUNABLES"})
+    if (std::getenv(name) != nullptr) return;
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
+}
 
 void install_counting_cpu_allocator() {
   std::call_once(g_install_once, [] {

@@ -41,7 +41,14 @@ struct RenderResult {
   torch::Tensor rgb;      // [R, 3]
   torch::Tensor opacity;  // [R]
   torch::Tensor depth;    // [R]
-  int64_t samples = 0;    // samples evaluated (for statistics)
+  int64_t samples = 0;    // samples marched and evaluated (for statistics)
+  // Of those, the samples fully rendered (colour, and gradients in training); -1: all of them.
+  // nerf-hash leaves out the samples behind where a ray's transmittance ends.
+  int64_t samples_rendered = -1;
+  // A regularization term of the model (undefined: none), summed over the batch's rays; training
+  // adds it to the loss divided by the step's global ray count, so it is a per-ray mean like the
+  // photometric loss. Not part of the reported loss or PSNR.
+  torch::Tensor regularization;
 };
 
 // Where in training a call happens. Any randomness a model draws must be a pure function of
@@ -59,12 +66,15 @@ struct ModelContext {
   // Everything the cameras see; beyond scene_bounds on some side for unbounded real captures
   // (data::SceneMeta::scene_extent). All zero = scene_bounds.
   std::array<double, 6> scene_extent{};
+  // The box of the camera centers (all splits), xmin..zmax; all zero = unknown (a context built
+  // in code). Unbounded nerf-hash leaves the space around the cameras uncontracted.
+  std::array<double, 6> camera_bounds{};
   double near = 0.0;
   double far = 0.0;
   torch::Device device = torch::kCPU;
 
-  // The scene's geometry from a dataset's root attributes.
-  static ModelContext from_scene(const data::SceneMeta& meta, torch::Device device);
+  // The scene's geometry from a dataset's root attributes and cameras.
+  static ModelContext from_scene(const data::SceneReader& scene, torch::Device device);
   // scene_extent reaches beyond scene_bounds on some side.
   bool unbounded() const;
 };

@@ -2,12 +2,23 @@
 #include <algorithm>
 
 #include "distributed/errors.h"
+#include "framework/data/scene.h"
 #include "framework/model.h"
 
 namespace tessera {
 
-ModelContext ModelContext::from_scene(const data::SceneMeta& meta, torch::Device device) {
+ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Device device) {
+  const data::SceneMeta& meta = scene.meta();
   ModelContext context;
+  bool first = true;
+  for (const data::Camera& camera : scene.cameras()) {
+    for (int a = 0; a < 3; ++a) {
+      const double c = camera.camera_to_world[4 * a + 3];
+      context.camera_bounds[a] = first ? c : std::min(context.camera_bounds[a], c);
+      context.camera_bounds[a + 3] = first ? c : std::max(context.camera_bounds[a + 3], c);
+    }
+    first = false;
+  }
   context.scene_bounds = meta.scene_bounds;
   context.scene_extent = meta.scene_extent;
   context.near = meta.near;

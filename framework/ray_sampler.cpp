@@ -101,6 +101,7 @@ RaySampler::RaySampler(const data::SceneReader& scene, RaySamplerOptions options
   const auto& bg = scene.meta().background;
   background_ = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
                                static_cast<float>(bg[2])});
+  unbounded_ = scene.meta().unbounded();
   near_ = scene.meta().near;
   far_ = scene.meta().far;
 }
@@ -172,7 +173,7 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
   pixel_rays(cameras_, image, x, y, &batch.origins, &batch.directions);
   torch::Tensor rgb = rgb_.index_select(0, ids).to(torch::kFloat32) / 255.0f;
   batch.background = background_.clone();
-  if (alpha_.defined() && options_.random_background && step >= 0) {
+  if ((alpha_.defined() || unbounded_) && options_.random_background && step >= 0) {
     // One color per ray from (seed, step, ray id): the same on any rank and batch split.
     batch.background = torch::empty({n, 3}, torch::kFloat32);
     float* bg = batch.background.data_ptr<float>();

@@ -29,8 +29,12 @@ void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& c
 struct RaySamplerOptions {
   int64_t rays_per_step = 4096;  // global batch size R, the same on every rank
   uint64_t seed = 0;
-  // Datasets with alpha: each training ray gets its own random background color, a pure function
-  // of (seed, step, ray id), composited into its target and given to the model ([R, 3]).
+  // Datasets with alpha and unbounded ones (SceneMeta::unbounded: real captures, whose every ray
+  // ends on something): each training ray gets its own random background color, a pure function
+  // of (seed, step, ray id), given to the model ([R, 3]) and, with alpha, composited into its
+  // target. Without alpha the target stays the photo, so any transparency left in the render
+  // shows a wrong color: the model learns to make every ray opaque (instant-ngp does the same)
+  // instead of fitting a fog over the dataset's background.
   bool random_background = false;
 };
 
@@ -80,6 +84,7 @@ class RaySampler {
   torch::Tensor widths_;                 // [C] int64
   torch::Tensor rgb_;                    // [P, 3] uint8
   torch::Tensor alpha_;                  // [P] uint8, undefined without alpha
+  bool unbounded_ = false;               // SceneMeta::unbounded()
   torch::Tensor background_;             // [3] float32
   double near_ = 0.0, far_ = 0.0;
   int64_t num_pixels_ = 0;

@@ -104,7 +104,7 @@ StepResult Trainer::train_step(int64_t step) {
 
   optimizer_->zero_grad(/*set_to_none=*/true);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  int64_t samples = 0;
+  int64_t samples = 0, rendered = 0;
   for (int64_t k = 0; k < k_count; ++k) {
     const int64_t begin = local * k / k_count, end = local * (k + 1) / k_count;
     RayBatch micro;
@@ -116,16 +116,21 @@ StepResult Trainer::train_step(int64_t step) {
     micro.background = batch.background.dim() == 2 ? batch.background.narrow(0, begin, end - begin)
                                                    : batch.background;
     micro.ray_ids = batch.ray_ids.narrow(0, begin, end - begin);
-    torch::Tensor sq;
+    torch::Tensor sq, regularization;
     {
       AutocastScope autocast(options_.precision, device_);
       const RenderResult out = model_.render(micro, ctx);
       samples += out.samples;
+      rendered += out.samples_rendered >= 0 ? out.samples_rendered : out.samples;
       sq = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum();
+      if (out.regularization.defined())
+        regularization = out.regularization.to(torch::kFloat32) /
+                         static_cast<double>(options_.rays_per_step);
     }
     torch::Tensor loss = sq / norm;
     if (loss_hook) loss_hook(step, k, loss);
     loss_sum += loss.detach().to(torch::kFloat64);
+    if (regularization.defined()) loss = loss + regularization;
     const torch::Tensor scaled = scaler_->scale_loss(loss);
     if (k + 1 < k_count) {
       distributed::NoSyncScope no_sync(*sync_);
@@ -165,6 +170,7 @@ StepResult Trainer::train_step(int64_t step) {
   ++steps_done_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.samples_per_ray = local > 0 ? static_cast<double>(samples) / static_cast<double>(local) : 0.0;
+  result.rendered_per_ray = local > 0 ? static_cast<double>(rendered) / static_cast<double>(local) : 0.0;
   return result;
 }
 

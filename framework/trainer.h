@@ -53,7 +53,7 @@ struct TrainerOptions {
   // run() returns after this many steps (snapshot written) as if interrupted; -1 = `steps`.
   int64_t stop_after = -1;
   int64_t max_skipped_steps = 100;    // consecutive non-finite steps that stop the run (error)
-  bool random_background = false;     // datasets with alpha: random training backgrounds
+  bool random_background = false;     // random training backgrounds (RaySamplerOptions)
   // A run whose loss has not improved after this many steps gets a warning naming the likely
   // causes (framework/learning_check.h; 0 = never).
   int64_t not_learning_steps = 300;
@@ -71,6 +71,8 @@ struct StepResult {
   double seconds = 0.0;  // wall time of the step on this rank
   double samples_per_ray = 0.0;  // samples the model evaluated per ray on this rank (rank 0's
                                  // in metrics.jsonl): what empty-space skipping leaves
+  double rendered_per_ray = 0.0; // of those, the samples rendered with gradients (nerf-hash:
+                                 // those before the ray's transmittance ends; else all)
 };
 
 struct EvalResult {

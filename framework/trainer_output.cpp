@@ -141,6 +141,7 @@ void Trainer::log_step(const StepResult& r, const EvalResult* eval, double rays_
     j["skipped"] = r.skipped;
     j["rays_per_s"] = rays_per_s;
     j["samples_per_ray"] = r.samples_per_ray;
+    j["rendered_per_ray"] = r.rendered_per_ray;
     j["peak_mem_bytes"] = peak_bytes;
     if (eval) {
       j["eval_psnr"] = eval->psnr;
@@ -155,10 +156,10 @@ void Trainer::log_step(const StepResult& r, const EvalResult* eval, double rays_
   const double eta = done > 0 ? elapsed / done * (options_.steps - done) : 0.0;
   char line[256];
   std::snprintf(line, sizeof(line),
-                "step %lld/%lld loss %.5f psnr %.1f rays/s %s spr %.0f mem %lld MiB rate %.2f lr %.1e "
+                "step %lld/%lld loss %.5f psnr %.1f rays/s %s spr %.0f/%.0f mem %lld MiB rate %.2f lr %.1e "
                 "eta %s",
                 static_cast<long long>(done), static_cast<long long>(options_.steps), r.loss, psnr,
-                format_rate(rays_per_s).c_str(), r.samples_per_ray,
+                format_rate(rays_per_s).c_str(), r.rendered_per_ray, r.samples_per_ray,
                 static_cast<long long>(peak_bytes >> 20),
                 r.sampling_rate, r.lr, log::format_duration(eta).c_str());
   std::string text = line;

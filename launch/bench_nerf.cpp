@@ -140,7 +140,7 @@ std::unique_ptr<Model> create_model(const std::string& name, const data::SceneRe
   Config config;
   config.model.name = name;
   config.run.seed = static_cast<int64_t>(seed);
-  const ModelContext context = ModelContext::from_scene(scene.meta(), device);
+  const ModelContext context = ModelContext::from_scene(scene, device);
   return registry.create(config, context);
 }
 

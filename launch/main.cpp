@@ -9,6 +9,7 @@
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "framework/log.h"
+#include "framework/memory.h"
 #include "launch/commands.h"
 
 namespace {
@@ -82,6 +83,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::retain_freed_host_memory();
   try {
     return run(argc, argv);
   } catch (const tessera::UserError& e) {

@@ -88,7 +88,7 @@ RestoredRun restore_run(const std::string& snapshot, const std::vector<std::stri
     run.gaussians->load_snapshot(snapshot);
     return run;
   }
-  run.model = registry.create(run.config, ModelContext::from_scene(run.scene->meta(), device));
+  run.model = registry.create(run.config, ModelContext::from_scene(*run.scene, device));
   TrainerOptions options = trainer_options(run.config);
   options.out_dir = "";      // eval and render write only what they are asked to
   options.progress = false;

@@ -177,7 +177,7 @@ int run_train(const TrainOptions& options) {
     run.until = options.until;
     return run_gaussian_train(config, run, context, *comm, scene);
   }
-  const ModelContext model_context = ModelContext::from_scene(scene.meta(), device);
+  const ModelContext model_context = ModelContext::from_scene(scene, device);
   std::unique_ptr<Model> model = registry.create(config, model_context);
   spdlog::info("model {} on {}, dataset {} ({} cameras), backend {}", model->name(), device.str(),
                config.data.path, scene.cameras().size(), distributed::to_string(comm->backend()));

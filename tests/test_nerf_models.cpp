@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "framework/checkpoint_policy.h"
@@ -16,6 +17,7 @@
 #include "framework/memory.h"
 #include "framework/model.h"
 #include "models/builtin.h"
+#include "models/nerf/nerf_common.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
 #include "models/nerf/occupancy_grid.h"
@@ -301,6 +303,120 @@ TEST(NerfTraining, UnboundedHashGridContractsAndLearnsTheSphere) {
   const auto [first, last] = train_sphere(*model, 30, 1e-2);
   std::printf("contracted nerf-hash sphere: loss %.5f -> %.5f (%.1fx)\n", first, last, first / last);
   EXPECT_GT(first / last, 5.0);
+
+  // The uncontracted frame grows to hold the cameras (2.5 from the center here), never
+  // contracting the space between a camera and the foreground.
+  EXPECT_FLOAT_EQ(hash->frame_half_width(), 1.0f) << "no camera bounds given: the box";
+  context.camera_bounds = {-2.5, -0.5, -2.5, 2.5, 0.5, 1.0};
+  auto with_cameras = registry.create(config, context);
+  EXPECT_FLOAT_EQ(dynamic_cast<nerf::NerfHash*>(with_cameras.get())->frame_half_width(), 2.5f);
+  const auto [first_c, last_c] = train_sphere(*with_cameras, 30, 1e-2);
+  std::printf("contracted beyond the cameras: loss %.5f -> %.5f (%.1fx)\n", first_c, last_c,
+              first_c / last_c);
+  EXPECT_GT(first_c / last_c, 5.0);
+}
+
+// Samples behind where a ray's transmittance ends are left out of the render (docs/nerf.md,
+// nerf-hash step 5), and the colors, opacities and gradients are those of rendering every
+// marched sample. The density MLP's log-density bias is raised by 6 (sigma ~ 400 at init, a few
+// steps of optical thickness 5): every ray ends within the box, a few samples in.
+TEST(NerfHashSkipping, OccludedSamplesChangeNeitherTheRenderNorTheGradients) {
+  auto model = create("nerf-hash");
+  auto* hash = dynamic_cast<nerf::NerfHash*>(model.get());
+  ASSERT_NE(hash, nullptr);
+  {
+    torch::NoGradGuard no_grad;
+    const auto groups = model->parameter_groups();
+    ASSERT_EQ(groups[1].name, "mlp");
+    groups[1].params[3][0] += 6.0f;  // density layers: weight, bias, weight, bias (feature 0)
+  }
+  const auto rays = sphere_rays(8);
+  auto run = [&](bool skip) {
+    hash->set_skip_occluded(skip);
+    zero_grads(*model);
+    const RenderResult out = model->render(rays, StepContext{0, 3, true});
+    loss_of(out, rays).backward();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : all_params(*model)) grads.push_back(p.grad().clone());
+    torch::NoGradGuard no_grad;
+    const RenderResult eval = model->render(rays, StepContext{0, 3, false});
+    return std::make_tuple(out, grads, eval);
+  };
+  const auto [all, all_grads, all_eval] = run(false);
+  const auto [kept, kept_grads, kept_eval] = run(true);
+  EXPECT_EQ(all.samples, kept.samples) << "the same samples are marched";
+  EXPECT_EQ(all.samples_rendered, all.samples);
+  std::printf("samples rendered: %lld of %lld\n", static_cast<long long>(kept.samples_rendered),
+              static_cast<long long>(kept.samples));
+  EXPECT_LT(kept.samples_rendered * 4, kept.samples) << "rays end a few samples into the box";
+  EXPECT_TRUE(torch::allclose(kept.rgb, all.rgb, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(kept.opacity, all.opacity, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(kept.depth, all.depth, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(kept_eval.rgb, all_eval.rgb, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(kept_eval.rgb, kept.rgb.detach(), 1e-5, 1e-6))
+      << "eval reuses the density pass's features: the same colors as training";
+  ASSERT_EQ(kept_grads.size(), all_grads.size());
+  for (size_t i = 0; i < kept_grads.size(); ++i) {
+    const double scale = all_grads[i].abs().max().item<double>();
+    EXPECT_LE((kept_grads[i] - all_grads[i]).abs().max().item<double>(), 1e-4 * scale + 1e-9)
+        << "parameter " << i;
+  }
+}
+
+// distortion_loss (O(S), prefix sums) against its definition, the double sum over sample pairs,
+// in value and gradient; and it prefers weight on one interval to the same weight spread out.
+TEST(DistortionLoss, MatchesThePairwiseDefinitionAndPrefersConcentratedWeight) {
+  auto gen = nerf::make_generator({11});
+  const std::vector<int64_t> counts = {5, 0, 1, 9};
+  std::vector<int64_t> offsets = {0}, ray_of;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    offsets.push_back(offsets.back() + counts[r]);
+    for (int64_t i = 0; i < counts[r]; ++i) ray_of.push_back(static_cast<int64_t>(r));
+  }
+  const int64_t s = offsets.back();
+  const auto widths = torch::rand({s}, gen, torch::kFloat64) * 0.1 + 0.01;
+  // Intervals in order along each ray, with gaps (occupancy skipping leaves some).
+  auto begin = torch::empty({s}, torch::kFloat64);
+  for (size_t r = 0; r < counts.size(); ++r) {
+    double t = 0.05;
+    for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) {
+      begin[i] = t;
+      t += widths[i].item<double>() + 0.02 * (i % 3);
+    }
+  }
+  const auto end = begin + widths;
+  const auto weights = (torch::rand({s}, gen, torch::kFloat64) * 0.3).set_requires_grad(true);
+  const auto ray_offsets = torch::tensor(offsets, torch::kInt64);
+  const auto ray_indices = torch::tensor(ray_of, torch::kInt64);
+  const auto fast = nerf::distortion_loss(weights, begin, end, ray_offsets, ray_indices);
+  ASSERT_EQ(fast.size(0), static_cast<int64_t>(counts.size()));
+  const auto fast_grad = torch::autograd::grad({fast.sum()}, {weights})[0];
+
+  std::vector<torch::Tensor> slow_rays;
+  const auto mid = 0.5 * (begin + end);
+  for (size_t r = 0; r < counts.size(); ++r) {
+    auto total = torch::zeros({}, torch::kFloat64);
+    for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) {
+      for (int64_t j = offsets[r]; j < offsets[r + 1]; ++j)
+        total = total + weights[i] * weights[j] * (mid[i] - mid[j]).abs();
+      total = total + weights[i] * weights[i] * (end[i] - begin[i]) / 3.0;
+    }
+    slow_rays.push_back(total);
+  }
+  const auto slow = torch::stack(slow_rays);
+  const auto slow_grad = torch::autograd::grad({slow.sum()}, {weights})[0];
+  EXPECT_TRUE(torch::allclose(fast, slow, 1e-12, 1e-14)) << fast << slow;
+  EXPECT_EQ(fast[1].item<double>(), 0.0) << "a ray without samples";
+  EXPECT_TRUE(torch::allclose(fast_grad, slow_grad, 1e-12, 1e-14));
+
+  // One ray of 8 equal intervals: all weight on one of them beats the same total spread out.
+  const auto b8 = torch::arange(8, torch::kFloat64) * 0.1, e8 = b8 + 0.1;
+  const auto off8 = torch::tensor({int64_t{0}, int64_t{8}}), idx8 = torch::zeros({8}, torch::kInt64);
+  auto one = torch::zeros({8}, torch::kFloat64);
+  one[3] = 0.9;
+  const auto spread = torch::full({8}, 0.9 / 8, torch::kFloat64);
+  EXPECT_LT(nerf::distortion_loss(one, b8, e8, off8, idx8).item<double>(),
+            nerf::distortion_loss(spread, b8, e8, off8, idx8).item<double>() / 4);
 }
 
 TEST(NerfTraining, MlpLearnsTheSphere) {

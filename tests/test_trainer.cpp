@@ -2,6 +2,8 @@
 // N ranks equal 1 rank, accumulation equals a large batch, agreed skip-steps, and run output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -247,6 +249,21 @@ TEST_F(TrainerTest, PixelRayMatchesHandComputation) {
   EXPECT_TRUE(torch::allclose(b.target_rgb[0], rgb * a + bg * (1 - a), 1e-6, 1e-6));
   EXPECT_FLOAT_EQ(b.near[0].item<float>(), 0.1f);
   EXPECT_FLOAT_EQ(b.far[0].item<float>(), 4.0f);
+}
+
+// The model's context carries the box of all camera centers (nerf-hash keeps them uncontracted).
+TEST_F(TrainerTest, ModelContextHoldsTheBoxOfTheCameraCenters) {
+  const ModelContext context = ModelContext::from_scene(*scene_, torch::kCPU);
+  std::array<double, 6> want{};
+  for (size_t i = 0; i < scene_->cameras().size(); ++i)
+    for (int a = 0; a < 3; ++a) {
+      const double c = scene_->cameras()[i].camera_to_world[4 * a + 3];
+      want[a] = i == 0 ? c : std::min(want[a], c);
+      want[a + 3] = i == 0 ? c : std::max(want[a + 3], c);
+    }
+  EXPECT_EQ(context.camera_bounds, want);
+  EXPECT_LT(want[0], want[3]) << "the fixture's cameras are spread out";
+  EXPECT_EQ(context.scene_bounds, scene_->meta().scene_bounds);
 }
 
 TEST_F(TrainerTest, NRanksEqualOneRank) {

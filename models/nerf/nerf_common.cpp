@@ -38,6 +38,29 @@ DenseLayer make_dense(int64_t in, int64_t out, at::Generator& generator, torch::
   return layer;
 }
 
+torch::Tensor distortion_loss(const torch::Tensor& weights, const torch::Tensor& s_begin,
+                              const torch::Tensor& s_end, const torch::Tensor& ray_offsets,
+                              const torch::Tensor& ray_indices) {
+  const int64_t rays = ray_offsets.size(0) - 1;
+  const auto w = weights.to(torch::kFloat64);
+  const auto a = s_begin.to(torch::kFloat64), b = s_end.to(torch::kFloat64);
+  const auto m = 0.5 * (a + b);
+  const auto total = torch::zeros({rays}, w.options());
+  if (w.size(0) == 0) return total.to(weights.dtype());
+  // Exclusive prefix sums within each ray: a global cumsum minus its value at the ray's start.
+  auto exclusive = [&](const torch::Tensor& x) {
+    const auto inclusive = x.cumsum(0);
+    const auto before = inclusive - x;
+    const auto start = ray_offsets.narrow(0, 0, rays).clamp_max(x.size(0) - 1);
+    return before - before.index_select(0, start).index_select(0, ray_indices);
+  };
+  const auto w_before = exclusive(w), wm_before = exclusive(w * m);
+  // sum_{i,j} w_i w_j |m_i - m_j| = 2 sum_i w_i (m_i W_{<i} - (w m)_{<i}), midpoints in order.
+  const auto pair = 2.0 * w * (m * w_before - wm_before);
+  const auto self = w * w * (b - a) / 3.0;
+  return total.index_add(0, ray_indices, pair + self).to(weights.dtype());
+}
+
 void append_parameters(const std::vector<DenseLayer>& layers, std::vector<torch::Tensor>& out) {
   for (const auto& layer : layers) {
     out.push_back(layer.weight);

@@ -35,6 +35,19 @@ struct DenseLayer {
 // `generator` (so identical on every rank and device) and then moved to `device`.
 DenseLayer make_dense(int64_t in, int64_t out, at::Generator& generator, torch::Device device);
 
+// mip-NeRF 360's distortion loss (Barron et al. 2022, eq. 15), per ray, on packed samples: with
+// ray r's samples i in order, weights w_i and intervals [a_i, b_i] in a normalized distance s
+// (midpoint m_i, width d_i = b_i - a_i),
+//   L_r = sum_{i,j} w_i w_j |m_i - m_j| + 1/3 sum_i w_i^2 d_i,
+// computed in O(S) with per-ray prefix sums (in float64). Small when each ray's weight sits in
+// one short interval, as on a surface; large for fog spread along the ray and for floaters apart
+// from the surface. Differentiable in `weights`.
+torch::Tensor distortion_loss(const torch::Tensor& weights,      // [S]
+                              const torch::Tensor& s_begin,      // [S] a_i
+                              const torch::Tensor& s_end,        // [S] b_i
+                              const torch::Tensor& ray_offsets,  // [R + 1] int64
+                              const torch::Tensor& ray_indices); // [S] int64; returns [R]
+
 // Appends weight then bias of every layer, in order.
 void append_parameters(const std::vector<DenseLayer>& layers, std::vector<torch::Tensor>& out);
 

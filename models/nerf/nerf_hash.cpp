@@ -66,12 +66,21 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
   contract_ = context.unbounded();
   clip_box_ = torch::empty({6}, torch::kFloat32);
   if (contract_) {
-    // The frame: the foreground box's center at the origin, its largest half-width 1.
+    // The frame: the foreground box's center at the origin and [-1, 1]^3 holding the foreground
+    // box and every camera. Space is contracted beyond the cameras (as mip-NeRF 360 and nerfstudio
+    // scale captures so that the cameras lie in the unit cube), never between a camera and the
+    // object it looks at: contracted cells are long in the direction away from the center, so
+    // density there would be seen from the cameras as streaks converging on the scene center.
     double half = 0;
     for (int a = 0; a < 3; ++a) {
       frame_center_[a] = static_cast<float>(0.5 * (b[a] + b[a + 3]));
       half = std::max(half, 0.5 * (b[a + 3] - b[a]));
     }
+    const auto& cams = context.camera_bounds;
+    if (cams != std::array<double, 6>{})
+      for (int a = 0; a < 3; ++a)
+        half = std::max({half, std::abs(cams[a] - frame_center_[a]),
+                         std::abs(cams[a + 3] - frame_center_[a])});
     frame_scale_ = static_cast<float>(1.0 / half);
     for (int i = 0; i < 6; ++i)
       clip_box_[i] = static_cast<float>((context.scene_extent[i] - frame_center_[i % 3]) * frame_scale_);
@@ -161,13 +170,57 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays) const {
                             rays.far * frame_scale_, clip_box_, grid_.bitfield(), params);
 }
 
+namespace {
+
+// The samples of `march` for which `keep` [S] (bool) is set, repacked per ray; `counts` [R] is
+// how many each ray keeps.
+kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, const torch::Tensor& keep,
+                                       const torch::Tensor& counts) {
+  const auto index = keep.nonzero().squeeze(1);
+  kernels::RayMarchOutput out;
+  out.ray_offsets = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
+  out.ts = march.ts.index_select(0, index);
+  out.deltas = march.deltas.index_select(0, index);
+  out.positions = march.positions.index_select(0, index);
+  out.ray_indices = march.ray_indices.index_select(0, index);
+  return out;
+}
+
+}  // namespace
+
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
   (void)context;  // marching is deterministic; the grid is the only state it reads
-  const auto march = this->march(rays);
+  auto march = this->march(rays);
+  const int64_t marched = march.ts.size(0);
 
-  const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+  // Occluded samples (docs/nerf.md, nerf-hash step 5): the occupancy grid cannot know
+  // what lies in front of a cell, so a ray through a room marches every occupied cell behind the
+  // first wall. A density pass without gradient finds where each ray's transmittance falls
+  // below volume_render's threshold; only the samples before that point are rendered (and, in
+  // training, differentiated). Their colour is what it would be with all samples: volume_render
+  // stops at the same sample either way.
+  torch::Tensor features;  // of the kept samples, when already known (no gradient needed)
+  const bool differentiate = torch::GradMode::is_enabled();
+  if (skip_occluded_) {
+    torch::NoGradGuard no_grad;
+    const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    const auto all_features = density_mlp({enc})[0];
+    const auto sigmas = torch::exp(all_features.select(1, 0).clamp_max(options_.max_log_density));
+    const auto rgb_unused = torch::zeros({marched, 3}, sigmas.options());
+    const auto counts =
+        kernels::volume_render(sigmas, rgb_unused, march.deltas, march.ts, march.ray_offsets).num_steps;
+    const auto local = torch::arange(marched, march.ray_offsets.options()) -
+                       march.ray_offsets.index_select(0, march.ray_indices);
+    const auto keep = local < counts.index_select(0, march.ray_indices);
+    march = select_samples(march, keep, counts);
+    if (!differentiate) features = all_features.index_select(0, keep.nonzero().squeeze(1));
+  }
+
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
-  const auto features = checkpoint_density_ ? checkpoint(fn_density, {enc})[0] : fn_density({enc})[0];
+  if (!features.defined()) {
+    const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    features = checkpoint_density_ ? checkpoint(fn_density, {enc})[0] : fn_density({enc})[0];
+  }
   const auto sigmas = torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
   const auto sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
@@ -179,7 +232,17 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * rays.background.reshape({-1, 3});
   result.opacity = out.opacity;
   result.depth = contract_ ? out.depth / frame_scale_ : out.depth;  // world units
-  result.samples = march.ts.size(0);
+  result.samples = marched;
+  result.samples_rendered = march.ts.size(0);
+  if (options_.distortion_weight > 0 && differentiate) {
+    auto s = [](const torch::Tensor& t) { return torch::where(t <= 1.0f, t, 2.0f - 1.0f / t) * 0.5f; };
+    const auto half = march.deltas * 0.5f;
+    result.regularization =
+        options_.distortion_weight *
+        distortion_loss(out.weights, s(march.ts - half), s(march.ts + half), march.ray_offsets,
+                        march.ray_indices)
+            .sum();
+  }
   return result;
 }
 
@@ -224,6 +287,8 @@ std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& 
   if (m.hash_levels > 0) options.levels = static_cast<int>(m.hash_levels);
   if (m.hash_log2_size > 0) options.log2_hashmap_size = static_cast<int>(m.hash_log2_size);
   if (m.hash_max_resolution > 0) options.finest_resolution = static_cast<int>(m.hash_max_resolution);
+  if (m.march_steps > 0) options.steps_per_diagonal = static_cast<int>(m.march_steps);
+  options.distortion_weight = static_cast<float>(m.distortion_weight);
   if (options.finest_resolution < options.base_resolution)
     throw UserError("model.hash_max_resolution (" + std::to_string(options.finest_resolution) +
                     ") must be at least the coarsest level's " +

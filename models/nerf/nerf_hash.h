@@ -37,6 +37,11 @@ struct NerfHashOptions {
   float max_log_density = 15.0f;
   // Marching: constant step = box diagonal / 256 (instant-ngp's bounded-scene default), cone 0.
   int steps_per_diagonal = 256;
+  // mip-NeRF 360's distortion loss (distortion_loss in nerf_common.h), weighted per ray against
+  // the photometric loss; 0 = off. Distances are s(t) = t for t <= 1 and 2 - 1/t beyond, halved
+  // to [0, 1), with t from the camera in marching units (the foreground half-width is 1 when
+  // unbounded): linear near the camera and like disparity far away, as mip-NeRF 360 does.
+  float distortion_weight = 0.0f;
   // The occupancy threshold (grid.threshold, instant-ngp's NERF_MIN_OPTICAL_THICKNESS) applies to
   // sigma times instant-ngp's step, diagonal / 1024 (its NERF_STEPS), whatever step is marched:
   // with the marching step instead, every cell of an untrained model (sigma ~ 1) would stay
@@ -72,8 +77,14 @@ class NerfHash : public Model {
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override;
 
   OccupancyGrid& occupancy_grid() { return grid_; }
+  // Off: render() composites every marched sample, also those behind where a ray's transmittance
+  // ends (docs/nerf.md, nerf-hash step 5). For tests and benchmarks: the result is the same.
+  void set_skip_occluded(bool on) { skip_occluded_ = on; }
   float step_size() const { return step_size_; }
   bool contracted() const { return contract_; }
+  // World units per frame unit: the uncontracted frame [-1, 1]^3 spans the foreground box and the
+  // cameras (unbounded scenes); 1 for bounded ones.
+  float frame_half_width() const { return 1.0f / frame_scale_; }
   // sigma at world positions [M, 3] (differentiable).
   torch::Tensor density(const torch::Tensor& positions);
   // sigma at positions in the occupancy grid's space [M, 3]: world (bounded scenes) or the
@@ -103,6 +114,7 @@ class NerfHash : public Model {
   std::array<float, 3> frame_center_{0, 0, 0};
   float frame_scale_ = 1.0f;
   torch::Tensor clip_box_;  // [6] float32 on the CPU: the rays' box in marching space
+  bool skip_occluded_ = true;
   bool checkpoint_density_ = false;
   bool checkpoint_color_ = false;
 };
