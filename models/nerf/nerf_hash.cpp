@@ -172,11 +172,10 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays) const {
 
 namespace {
 
-// The samples of `march` for which `keep` [S] (bool) is set, repacked per ray; `counts` [R] is
-// how many each ray keeps.
-kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, const torch::Tensor& keep,
+// The samples `index` [K] (ascending) of `march`, repacked per ray; `counts` [R] is how many
+// each ray keeps.
+kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, const torch::Tensor& index,
                                        const torch::Tensor& counts) {
-  const auto index = keep.nonzero().squeeze(1);
   kernels::RayMarchOutput out;
   out.ray_offsets = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
   out.ts = march.ts.index_select(0, index);
@@ -211,9 +210,9 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
         kernels::volume_render(sigmas, rgb_unused, march.deltas, march.ts, march.ray_offsets).num_steps;
     const auto local = torch::arange(marched, march.ray_offsets.options()) -
                        march.ray_offsets.index_select(0, march.ray_indices);
-    const auto keep = local < counts.index_select(0, march.ray_indices);
-    march = select_samples(march, keep, counts);
-    if (!differentiate) features = all_features.index_select(0, keep.nonzero().squeeze(1));
+    const auto kept = (local < counts.index_select(0, march.ray_indices)).nonzero().squeeze(1);
+    march = select_samples(march, kept, counts);
+    if (!differentiate) features = all_features.index_select(0, kept);
   }
 
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
