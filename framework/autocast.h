@@ -1,5 +1,5 @@
-// AutocastScope: bf16/fp16 autocast on CUDA for the scope of a forward pass (the Trainer's steps,
-// `tessera bench nerf --precision`); a no-op for fp32 and on the CPU.
+// AutocastScope: bf16/fp16 autocast for the scope of a forward pass (a family's training step,
+// `tessera bench nerf --precision`), on CUDA and, for bf16, on the CPU; a no-op for fp32.
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -12,14 +12,14 @@ namespace tessera {
 class AutocastScope {
  public:
   AutocastScope(const std::string& precision, torch::Device device)
-      : active_(precision != "fp32" && device.is_cuda()) {
+      : active_(precision != "fp32"), type_(device.type()) {
     if (!active_) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, precision == "bf16" ? at::kBFloat16 : at::kHalf);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(type_, precision == "bf16" ? at::kBFloat16 : at::kHalf);
+    at::autocast::set_autocast_enabled(type_, true);
   }
   ~AutocastScope() {
     if (!active_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::set_autocast_enabled(type_, false);
     at::autocast::clear_cache();
   }
   AutocastScope(const AutocastScope&) = delete;
@@ -27,6 +27,7 @@ class AutocastScope {
 
  private:
   bool active_;
+  c10::DeviceType type_;
 };
 
 }  // namespace tessera

@@ -109,7 +109,7 @@ const std::vector<KeySpec>& schema() {
           .doc("Path to a tessera-scene HDF5 dataset; empty means none."),
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
           .defaults_to("nerf-hash")
-          .doc("Model to train: a registered NeRF model (nerf-hash, nerf-mlp) or `gaussians` (3DGS, docs/gaussians.md)."),
+          .doc("Model family to train (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md) or `gaussians` (3DGS, docs/gaussians.md)."),
       key("model", "hash_levels", [](auto& c) -> auto& { return c.model.hash_levels; })
           .defaults_to(12).range(1, 32)
           .doc("`nerf-hash`: levels L of the multiresolution hash grid (instant-ngp: 16)."),
@@ -187,7 +187,7 @@ const std::vector<KeySpec>& schema() {
           .doc("Steps of linear learning-rate warm-up."),
       key("train", "precision", [](auto& c) -> auto& { return c.train.precision; })
           .defaults_to("fp32").one_of({"fp32", "bf16", "fp16"})
-          .doc("Arithmetic: bf16 autocast, or fp16 with a dynamic loss scaler (both CUDA only)."),
+          .doc("Arithmetic of the forward: bf16 autocast (CUDA and CPU), or fp16 autocast with a dynamic loss scaler (CUDA only). Compositing, the 3DGS kernels and the 3DGS loss stay float32."),
       key("train", "log_every", [](auto& c) -> auto& { return c.train.log_every; })
           .defaults_to(50).range(1, kMaxTrainSteps)
           .doc("Steps between progress lines and metrics.jsonl records."),

@@ -15,8 +15,8 @@ double mean(const std::vector<double>& v) {
 
 }  // namespace
 
-LearningCheck::LearningCheck(int64_t after, std::string family)
-    : after_(after), family_(std::move(family)) {}
+LearningCheck::LearningCheck(int64_t after, std::string family_causes)
+    : after_(after), family_causes_(std::move(family_causes)) {}
 
 std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
   if (after_ <= 0 || done_) return std::nullopt;
@@ -44,13 +44,7 @@ std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
       "(2) bounds: the scene must lie in the dataset's scene_bounds and its backgrounds in "
       "scene_extent (re-import without --keep-coordinates, or give aabb_scale / COLMAP points); "
       "(3) background: a capture without alpha has no white background to fall back on; ";
-  causes += family_ == "gaussians"
-                ? "(4) initialization: without SfM points the random Gaussians must cover what the "
-                  "cameras see (model.random_count, the dataset's scene_extent); "
-                  "(5) learning rates: model.*_lr too high or too low for the scene's scale."
-                : "(4) learning rate: train.lr too high (loss stuck) or too low; "
-                  "(5) lens distortion or images at another size than the cameras "
-                  "(`tessera convert --images-scaled`).";
+  causes += family_causes_;
   return std::string(head) + causes + " See docs/datasets.md, \"Training your own capture\".";
 }
 

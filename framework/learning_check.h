@@ -21,8 +21,9 @@ class LearningCheck {
   // learns anything at all cuts its photometric loss by far more than 10% in a few hundred steps.
   static constexpr double kMinImprovement = 0.10;
 
-  // `after` = 0 disables the check. `family` words the causes ("nerf" or "gaussians").
-  LearningCheck(int64_t after, std::string family);
+  // `after` = 0 disables the check. `family_causes` continues the numbered list of likely causes
+  // after the three every family shares (ModelFamily::not_learning_causes).
+  LearningCheck(int64_t after, std::string family_causes);
 
   // Called every step with that step's loss (identical on every rank). Returns the warning once,
   // at `first step + after`, when the mean loss of the last window is not kMinImprovement below
@@ -31,7 +32,7 @@ class LearningCheck {
 
  private:
   int64_t after_;
-  std::string family_;
+  std::string family_causes_;
   int64_t first_step_ = -1;
   bool done_ = false;
   std::vector<double> first_, last_;  // the first window after the warm-up, the newest losses

@@ -87,6 +87,7 @@ class SnapshotWriter {
   void write_sharded(const std::string& name, const torch::Tensor& local_rows);  // [n_r, *]
   void commit();
 
+  const SnapshotMeta& meta() const;  // as written (world size and version filled in)
   const std::string& final_path() const;
   const std::string& temp_path() const;
   bool parallel() const;         // whether parallel HDF5 is in use

@@ -472,6 +472,8 @@ void SnapshotWriter::commit() {
   }
 }
 
+const SnapshotMeta& SnapshotWriter::meta() const { return impl_->meta; }
+
 const std::string& SnapshotWriter::final_path() const { return impl_->final_path; }
 const std::string& SnapshotWriter::temp_path() const { return impl_->temp_path; }
 bool SnapshotWriter::parallel() const { return impl_->parallel; }

@@ -1,10 +1,11 @@
-// Trainer construction and one optimizer step: the rank's slice of the global ray batch, K
-// micro-batches with gradient sync on the last, agreed skip-step, Adam (docs/training_loop.md).
+// The ray family's construction and step: the rank's slice of the global ray batch, K
+// micro-batches with gradient sync on the last, then Adam unless the TrainingRun skips the step.
 #include "framework/trainer.h"
 
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "distributed/agreement.h"
@@ -16,7 +17,6 @@ namespace tessera {
 
 namespace {
 
-
 torch::Device device_of(Model& model, distributed::Communicator& comm) {
   for (const ParamGroup& g : model.parameter_groups())
     for (const torch::Tensor& p : g.params) return p.device();
@@ -26,29 +26,24 @@ torch::Device device_of(Model& model, distributed::Communicator& comm) {
 }  // namespace
 
 Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator& comm,
+                 std::unique_ptr<Model> model, const data::SceneReader& scene,
+                 TrainerOptions options)
+    : Trainer(context, comm, *model, scene, std::move(options)) {
+  owned_model_ = std::move(model);
+}
+
+Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator& comm,
                  Model& model, const data::SceneReader& scene, TrainerOptions options)
     : context_(context), comm_(comm), model_(model), scene_(scene), options_(std::move(options)),
       device_(device_of(model, comm)), lr_(options_.lr), sampling_(options_.sampling) {
-  const std::string& p = options_.precision;
-  if (p != "fp32" && p != "bf16" && p != "fp16")
-    throw UserError("train.precision must be one of fp32, bf16, fp16 (got \"" + p + "\")");
-  if (p != "fp32" && !device_.is_cuda())
-    throw UserError("train.precision = \"" + p + "\" needs a CUDA device; this run is on the " +
-                    "CPU. Use precision = \"fp32\".");
-  if (options_.steps < 0) throw UserError("train.steps must be >= 0");
+  check_run_options(options_, device_);
   if (options_.micro_batches < 1) throw UserError("train.micro_batches must be >= 1");
   const int64_t per_rank = options_.rays_per_step / comm_.size();
   if (per_rank < options_.micro_batches)
     throw UserError("train.rays_per_step (" + std::to_string(options_.rays_per_step) +
                     ") gives fewer rays per rank than train.micro_batches (" +
                     std::to_string(options_.micro_batches) + "); raise rays_per_step");
-  if (options_.eval_split != "train" && options_.eval_split != "val" &&
-      options_.eval_split != "test")
-    throw UserError("eval.split must be train, val or test (got \"" + options_.eval_split + "\")");
-  options_.loss_scaler.enabled = (p == "fp16");
-  scaler_ = std::make_unique<LossScaler>(options_.loss_scaler);
-
-  if (device_.is_cpu()) install_counting_cpu_allocator();
+  if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   for (const ParamGroup& g : model_.parameter_groups()) {
@@ -67,31 +62,38 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
   so.random_background = options_.random_background;
   sampler_ = std::make_unique<RaySampler>(
       scene_, so, [this](int64_t step) { return sampling_.at(step); });
-
-  if (!options_.out_dir.empty() && comm_.rank() == 0) {
-    std::filesystem::create_directories(std::filesystem::path(options_.out_dir) / "renders");
-    const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
-    // Opened here so that an unwritable run directory fails before training; run() reopens
-    // it to keep a resumed run's earlier records (trainer_output.cpp).
-    std::ofstream probe(path, std::ios::app);
-    if (!probe) throw UserError("cannot open " + path + " for writing; check run.out_dir");
-  }
-  start_ = std::chrono::steady_clock::now();
 }
 
 Trainer::~Trainer() = default;
 
+TrainingRun& Trainer::run_driver() {
+  if (!run_) run_ = std::make_unique<TrainingRun>(context_, comm_, *this, scene_, options_);
+  return *run_;
+}
+
 StepResult Trainer::train_step(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const StepRecord record = run_driver().train_step(step);
   StepResult result;
-  result.step = step;
-  result.sampling_rate = sampler_->epoch_of(step).rate;
-  result.lr = lr_.at(step);
-  if (options_.rescale_lr)
-    result.lr *= lr_rescale(result.sampling_rate, options_.sampling.rate_max);
-  result.loss_scale = scaler_->scale();
+  result.step = record.step;
+  result.loss = record.loss;
+  result.loss_scale = record.loss_scale;
+  result.skipped = record.skipped;
+  result.seconds = record.seconds;
+  result.lr = step_lr_;
+  result.sampling_rate = step_rate_;
+  result.samples_per_ray = samples_per_ray_;
+  result.rendered_per_ray = rendered_per_ray_;
+  return result;
+}
+
+StepRecord Trainer::forward_backward(const StepControl& control) {
+  const int64_t step = control.step;
+  StepRecord record;
+  step_rate_ = sampler_->epoch_of(step).rate;
+  step_lr_ = lr_.at(step);
+  if (options_.rescale_lr) step_lr_ *= lr_rescale(step_rate_, options_.sampling.rate_max);
   for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamOptions&>(group.options()).lr(result.lr);
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(step_lr_);
 
   const RayBatch batch = sampler_->rank_batch(step, comm_.rank(), comm_.size(), device_);
   const int64_t local = batch.ray_ids.size(0);
@@ -118,7 +120,7 @@ StepResult Trainer::train_step(int64_t step) {
     micro.ray_ids = batch.ray_ids.narrow(0, begin, end - begin);
     torch::Tensor sq, regularization;
     {
-      AutocastScope autocast(options_.precision, device_);
+      AutocastScope autocast(control.precision, device_);
       const RenderResult out = model_.render(micro, ctx);
       samples += out.samples;
       rendered += out.samples_rendered >= 0 ? out.samples_rendered : out.samples;
@@ -131,7 +133,7 @@ StepResult Trainer::train_step(int64_t step) {
     if (loss_hook) loss_hook(step, k, loss);
     loss_sum += loss.detach().to(torch::kFloat64);
     if (regularization.defined()) loss = loss + regularization;
-    const torch::Tensor scaled = scaler_->scale_loss(loss);
+    const torch::Tensor scaled = control.loss_scale == 1.0 ? loss : loss * control.loss_scale;
     if (k + 1 < k_count) {
       distributed::NoSyncScope no_sync(*sync_);
       scaled.backward();
@@ -141,37 +143,51 @@ StepResult Trainer::train_step(int64_t step) {
   }
   sync_->finish();
 
-  // Skip decision: local count of non-finite gradients, agreed by a max over all ranks.
-  std::vector<torch::Tensor> grads;
-  for (const torch::Tensor& p : params_) grads.push_back(p.grad());
-  torch::Tensor found = torch::tensor(
-      {static_cast<int64_t>(scaler_->unscale_and_count_nonfinite(grads) > 0 ? 1 : 0)},
-      torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
-  comm_.allreduce(found, distributed::ReduceOp::Max);
-  result.skipped = scaler_->update(found.item<int64_t>() != 0);
-  if (!result.skipped) optimizer_->step();
-  consecutive_skips_ = result.skipped ? consecutive_skips_ + 1 : 0;
-  optimizer_->zero_grad(/*set_to_none=*/true);
-
   torch::Tensor global_loss = loss_sum.to(comm_.device()).reshape({1});
   comm_.allreduce(global_loss, distributed::ReduceOp::Sum);
-  result.loss = global_loss.item<double>();
+  record.loss = global_loss.item<double>();
+  record.work = static_cast<double>(options_.rays_per_step);
+  samples_per_ray_ = local > 0 ? static_cast<double>(samples) / static_cast<double>(local) : 0.0;
+  rendered_per_ray_ = local > 0 ? static_cast<double>(rendered) / static_cast<double>(local) : 0.0;
+  const double psnr = record.loss > 0 ? -10.0 * std::log10(record.loss) : 99.0;
+  record.fields = {{"psnr", psnr},
+                   {"lr", step_lr_},
+                   {"sampling_rate", step_rate_},
+                   {"samples_per_ray", samples_per_ray_},
+                   {"rendered_per_ray", rendered_per_ray_}};
+  char progress[128];
+  std::snprintf(progress, sizeof(progress), "psnr %.1f spr %.0f/%.0f rate %.2f lr %.1e", psnr,
+                rendered_per_ray_, samples_per_ray_, step_rate_, step_lr_);
+  record.progress = progress;
+  return record;
+}
 
+std::string Trainer::not_learning_causes() const {
+  return "(4) learning rate: train.lr too high (loss stuck) or too low; "
+         "(5) lens distortion or images at another size than the cameras "
+         "(`tessera convert --images-scaled`).";
+}
+
+std::vector<torch::Tensor> Trainer::gradients() {
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : params_) grads.push_back(p.grad());
+  return grads;
+}
+
+void Trainer::apply_step(const StepControl& control, bool skipped, StepRecord& record) {
+  if (!skipped) optimizer_->step();
+  optimizer_->zero_grad(/*set_to_none=*/true);
   if (options_.check_agreement) {
     using distributed::check_same_on_all_ranks;
-    check_same_on_all_ranks(context_, result.lr, "learning rate at step " + std::to_string(step));
-    check_same_on_all_ranks(context_, result.sampling_rate,
-                            "sampling rate at step " + std::to_string(step));
-    check_same_on_all_ranks(context_, result.loss_scale, "loss scale at step " + std::to_string(step));
-    check_same_on_all_ranks(context_, static_cast<uint64_t>(result.skipped),
-                            "skip-step decision at step " + std::to_string(step));
+    const std::string at = " at step " + std::to_string(control.step);
+    check_same_on_all_ranks(context_, step_lr_, "learning rate" + at);
+    check_same_on_all_ranks(context_, step_rate_, "sampling rate" + at);
   }
+  StepContext ctx;
+  ctx.step = control.step;
+  ctx.seed = options_.seed;
+  ctx.training = true;
   model_.after_step(ctx, comm_);
-  ++steps_done_;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.samples_per_ray = local > 0 ? static_cast<double>(samples) / static_cast<double>(local) : 0.0;
-  result.rendered_per_ray = local > 0 ? static_cast<double>(rendered) / static_cast<double>(local) : 0.0;
-  return result;
 }
 
 }  // namespace tessera

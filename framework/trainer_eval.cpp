@@ -1,9 +1,5 @@
-// Trainer eval: renders eval views with their rows split across ranks (allgatherv assembles the
-// image on every rank), scores PSNR/SSIM against the dataset image and writes PNGs on rank 0.
-#include <cstdio>
-#include <filesystem>
-
-#include "framework/data/image_io.h"
+// The ray family's eval: renders views with their rows split across ranks (allgatherv assembles
+// the image on every rank) and scores PSNR/SSIM against the dataset image.
 #include "framework/metrics.h"
 #include "framework/trainer.h"
 
@@ -49,26 +45,15 @@ torch::Tensor Trainer::render_camera(const data::Camera& cam, int64_t step) {
   return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, 3}).clamp(0.0, 1.0);
 }
 
-EvalResult Trainer::evaluate(int64_t step, bool write) {
-  const data::Split split = options_.eval_split == "train" ? data::Split::Train
-                            : options_.eval_split == "val" ? data::Split::Val
-                                                           : data::Split::Test;
-  std::vector<size_t> views = scene_.indices(split);
-  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
-    views.resize(options_.eval_max_views);
-  EvalResult result;
-  for (size_t v = 0; v < views.size(); ++v) {
-    const torch::Tensor image = render_view(views[v], step);
-    const torch::Tensor target = scene_.read_image_over_background(views[v]);
+EvalScores Trainer::evaluate(int64_t step, const std::vector<size_t>& views,
+                             const ImageSink& on_image) {
+  EvalScores result;
+  for (size_t view : views) {
+    const torch::Tensor image = render_view(view, step);
+    const torch::Tensor target = scene_.read_image_over_background(view);
     result.psnr += psnr(image, target);
     result.ssim += ssim(image, target);
-    if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {
-      char name[64];
-      std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
-                    static_cast<long long>(step), views[v]);
-      const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
-      data::write_png((std::filesystem::path(options_.out_dir) / "renders" / name).string(), png);
-    }
+    if (on_image) on_image(view, image);
   }
   result.views = static_cast<int64_t>(views.size());
   if (result.views > 0) {

@@ -1,5 +1,5 @@
-// The run pieces shared by the NeRF Trainer and the 3DGS run (framework/trainer_run.h): stop
-// signals agreed across ranks, metrics.jsonl kept up to a resumed step, snapshot write + rotation.
+// Pieces of the TrainingRun (framework/trainer_run.h): stop signals agreed across ranks,
+// metrics.jsonl kept up to a resumed step, snapshot write + rotation, snapshot checks.
 #include "framework/trainer_run.h"
 
 #include <spdlog/spdlog.h>

@@ -1,5 +1,5 @@
-// Pieces of a training run shared by the NeRF Trainer (trainer_output.cpp) and the 3DGS run
-// (launch/train_gaussians.cpp): the agreed SIGTERM/SIGINT stop, metrics.jsonl, snapshot writing.
+// Pieces of the TrainingRun (framework/run.h) kept apart for tests and tools: the agreed
+// SIGTERM/SIGINT stop, metrics.jsonl kept up to a resumed step, snapshot writing and checks.
 #pragma once
 
 #include <signal.h>

@@ -1,16 +1,8 @@
-// Trainer snapshots: the training state (parameters, Adam moments, model state such as the
-// occupancy grid, loss scaler) to and from tessera-snapshot v1 files, for exact resume.
-#include <spdlog/spdlog.h>
-
-#include <cstdio>
-#include <filesystem>
-#include <sstream>
-
-#include "distributed/agreement.h"
+// The ray family's snapshot state: parameters, Adam moments and model state such as the
+// occupancy grid (tessera-snapshot v1, docs/formats.md); the TrainingRun writes the rest.
 #include "distributed/errors.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
-#include "framework/trainer_run.h"
 
 namespace tessera {
 
@@ -35,66 +27,28 @@ torch::optim::AdamParamState* adam_state(torch::optim::Adam& adam, const torch::
 
 }  // namespace
 
-std::string Trainer::dataset_fingerprint(const data::SceneReader& scene) {
-  std::ostringstream text;
-  text.precision(17);
-  const auto& m = scene.meta();
-  for (double b : m.scene_bounds) text << b << ',';
-  text << m.near << ',' << m.far << ';';
-  for (const auto& c : scene.cameras()) {
-    text << c.fx << ',' << c.fy << ',' << c.cx << ',' << c.cy << ',' << c.width << ','
-         << c.height << ',' << static_cast<int>(c.split);
-    for (double v : c.camera_to_world) text << ',' << v;
-    text << ';';
+void Trainer::save_state(SnapshotWriter& writer) {
+  for (const auto& [name, p] : named_params(model_)) {
+    writer.write_replicated(snapshot_param(name), p.detach());
+    const auto* st = adam_state(*optimizer_, p);
+    const torch::Tensor zeros = st ? torch::Tensor() : torch::zeros_like(p.detach());
+    writer.write_replicated(snapshot_optimizer(name, "exp_avg"), st ? st->exp_avg() : zeros);
+    writer.write_replicated(snapshot_optimizer(name, "exp_avg_sq"), st ? st->exp_avg_sq() : zeros);
+    writer.write_replicated(snapshot_optimizer(name, "step"),
+                            torch::tensor(st ? st->step() : int64_t{0}, torch::kInt64));
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
-  return hex;
+  for (const auto& [name, t] : model_.state_tensors())
+    writer.write_replicated(snapshot_state("model/" + name), t);
+  // The schedules are pure functions of the step; their values at the next step are stored
+  // for `tessera info`.
+  const int64_t next = writer.meta().step;
+  writer.write_replicated(snapshot_state("lr"), torch::tensor(lr_.at(next), torch::kFloat64));
+  writer.write_replicated(snapshot_state("sampling_rate"),
+                          torch::tensor(sampling_.at(next), torch::kFloat64));
 }
 
-std::string Trainer::save_snapshot() {
-  if (options_.out_dir.empty())
-    throw std::logic_error("Trainer::save_snapshot needs an out_dir");
-  SnapshotMeta meta;
-  meta.step = steps_done_;
-  meta.model = model_.name();
-  meta.config_toml = options_.config_toml;
-  meta.dataset_fingerprint = dataset_fingerprint(scene_);
-  SnapshotWriterOptions wo;
-  wo.parallel = options_.snapshot_parallel;
-  // Folder, rotation and timing are shared with the 3DGS run (trainer_run.h).
-  return write_run_snapshot(comm_, options_.out_dir, steps_done_, options_.snapshot_keep,
-                            [&](const std::string& path) {
-    SnapshotWriter writer(context_, path, meta, wo);
-    for (const auto& [name, p] : named_params(model_)) {
-      writer.write_replicated(snapshot_param(name), p.detach());
-      const auto* st = adam_state(*optimizer_, p);
-      const torch::Tensor zeros = st ? torch::Tensor() : torch::zeros_like(p.detach());
-      writer.write_replicated(snapshot_optimizer(name, "exp_avg"), st ? st->exp_avg() : zeros);
-      writer.write_replicated(snapshot_optimizer(name, "exp_avg_sq"), st ? st->exp_avg_sq() : zeros);
-      writer.write_replicated(snapshot_optimizer(name, "step"),
-                              torch::tensor(st ? st->step() : int64_t{0}, torch::kInt64));
-    }
-    for (const auto& [name, t] : model_.state_tensors())
-      writer.write_replicated(snapshot_state("model/" + name), t);
-    writer.write_replicated(snapshot_state("loss_scaler"),
-                            torch::tensor(scaler_->state(), torch::kFloat64));
-    writer.write_replicated(snapshot_state("consecutive_skips"),
-                            torch::tensor(consecutive_skips_, torch::kInt64));
-    // The schedules are pure functions of the step; their values at the next step are stored
-    // for `tessera info` and checked on resume.
-    writer.write_replicated(snapshot_state("lr"), torch::tensor(lr_.at(steps_done_), torch::kFloat64));
-    writer.write_replicated(snapshot_state("sampling_rate"),
-                            torch::tensor(sampling_.at(steps_done_), torch::kFloat64));
-    writer.commit();
-  });
-}
-
-void Trainer::load_snapshot(const std::string& path) {
-  const SnapshotReader reader(path);
-  const SnapshotMeta& meta = reader.meta();
-  check_snapshot_matches_run(path, meta, model_.name(), dataset_fingerprint(scene_), options_.steps);
+void Trainer::load_state(const SnapshotReader& reader) {
+  const std::string& path = reader.path();
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_params(model_)) {
     const std::string key = snapshot_param(name);
@@ -123,13 +77,6 @@ void Trainer::load_snapshot(const std::string& path) {
     if (!reader.has(key)) throw UserError(path + ": model state '" + name + "' is missing");
     t.copy_(reader.read(key));
   }
-  const torch::Tensor scaler = reader.read(snapshot_state("loss_scaler"));
-  scaler_->load_state(std::vector<double>(scaler.data_ptr<double>(),
-                                          scaler.data_ptr<double>() + scaler.numel()));
-  consecutive_skips_ = reader.read(snapshot_state("consecutive_skips")).item<int64_t>();
-  steps_done_ = meta.step;
-  spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", path, meta.step,
-               meta.world_size, comm_.size());
 }
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
 // `tessera info FILE.h5`: a readable summary of a Tessera file: a tessera-scene dataset (cameras
-// per split, image sizes, intrinsics, bounds, alpha, points) or a snapshot (step, model, Gaussian
-// count, config).
+// per split, image sizes, intrinsics, bounds, alpha, points) or a snapshot (step, model, what
+// its model family describes, config).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -10,9 +10,11 @@
 #include "distributed/errors.h"
 #include "framework/data/h5.h"
 #include "framework/data/scene.h"
+#include "framework/family.h"
 #include "framework/snapshot.h"
 #include "launch/cli_output.h"
 #include "launch/commands.h"
+#include "models/builtin.h"
 
 namespace tessera::launch {
 
@@ -57,14 +59,12 @@ void print_snapshot(const std::string& path, std::ostream& out) {
   out << path << ": " << kSnapshotFormat << " version " << kSnapshotVersion << "\n";
   line("step:", std::to_string(m.step));
   line("model:", m.model);
-  if (m.model == "gaussians" && reader.has("params/means")) {
-    // A 3DGS run: one row per Gaussian in every per-Gaussian dataset (docs/formats.md).
-    std::string sh;
-    if (reader.has("state/sh_degree"))
-      sh = ", SH degree " + std::to_string(reader.read("state/sh_degree").item<int64_t>()) +
-           " at the next step";
-    line("gaussians:", std::to_string(reader.shape("params/means").at(0)) + sh +
-                           " (`tessera export` writes them as .ply)");
+  FamilyRegistry families;
+  models::register_builtin_families(families);
+  if (families.contains(m.model)) {
+    const FamilyInfo& family = families.get(m.model, path);
+    if (family.describe_snapshot)
+      for (const auto& [label, value] : family.describe_snapshot(reader)) line(label.c_str(), value);
   }
   line("world size:", std::to_string(m.world_size) + " rank(s) wrote it");
   line("written by:", m.tessera_version.empty() ? "(not recorded)" : "tessera " + m.tessera_version);

@@ -1,5 +1,5 @@
 // `tessera eval SNAPSHOT` (PSNR and SSIM per split, one JSON object) and `tessera render
-// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), for NeRF and Gaussian runs, on any
+// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), for every model family, on any
 // number of ranks.
 #include <cmath>
 #include <filesystem>
@@ -9,8 +9,9 @@
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
 #include "framework/data/synth.h"
+#include "framework/session.h"
 #include "launch/commands.h"
-#include "launch/run_setup.h"
+#include "models/builtin.h"
 
 namespace tessera::launch {
 
@@ -18,12 +19,23 @@ namespace {
 
 struct SnapshotCommandOptions {
   std::string snapshot;
+  std::string ply;    // a model trained elsewhere, instead of a snapshot
+  std::string scene;  // its dataset (with --ply)
   std::vector<std::string> overrides;
   std::string split;  // eval: "" = val and test; render: default test
   std::string out;
   int orbit = 0;
   int max_views = -1;
 };
+
+// The snapshot, or the file of --ply on the dataset of --scene.
+Session restore(const SnapshotCommandOptions& o) {
+  FamilyRegistry families;
+  models::register_builtin_families(families);
+  if (!o.ply.empty()) return import_session(o.ply, o.scene, o.overrides, families);
+  if (o.snapshot.empty()) throw UserError("give a SNAPSHOT, or --ply FILE with --scene FILE.h5");
+  return restore_session(o.snapshot, o.overrides, families);
+}
 
 data::Split parse_split(const std::string& name) {
   if (name == "train") return data::Split::Train;
@@ -32,26 +44,25 @@ data::Split parse_split(const std::string& name) {
 }
 
 int run_eval(const SnapshotCommandOptions& o) {
-  RestoredRun run = restore_run(o.snapshot, o.overrides);
+  const Session run = restore(o);
   const std::vector<std::string> splits =
       o.split.empty() ? std::vector<std::string>{"val", "test"} : std::vector<std::string>{o.split};
   nlohmann::json result;
-  result["snapshot"] = o.snapshot;
-  result["step"] = run.step;
+  if (o.ply.empty()) {
+    result["snapshot"] = o.snapshot;
+    result["step"] = run.step;
+  } else {
+    result["ply"] = o.ply;
+    result["scene"] = o.scene;
+  }
   result["model"] = run.config.model.name;
   result["ranks"] = run.comm->size();
   for (const std::string& split : splits) {
     std::vector<size_t> views = run.scene->indices(parse_split(split));
     if (views.empty() && o.split.empty()) continue;  // the dataset has no such split
     if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " views");
-    if (run.gaussians) {
-      if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
-      const auto r = run.gaussians->evaluate(views);
-      result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
-      continue;
-    }
-    run.trainer->set_eval_views(split, o.max_views);
-    const EvalResult r = run.trainer->evaluate(run.step, /*write=*/false);
+    run.run->set_eval_views(split, o.max_views);
+    const EvalScores r = run.run->evaluate(run.step, /*write=*/false);
     result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
   }
   if (!result.contains("splits"))
@@ -86,7 +97,7 @@ std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
 }
 
 int run_render(const SnapshotCommandOptions& o) {
-  RestoredRun run = restore_run(o.snapshot, o.overrides);
+  const Session run = restore(o);
   std::vector<std::pair<std::string, data::Camera>> views;
   if (o.orbit > 0) {
     const auto cameras = orbit_cameras(*run.scene, o.orbit);
@@ -108,9 +119,7 @@ int run_render(const SnapshotCommandOptions& o) {
   if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
   if (run.comm->rank() == 0) std::filesystem::create_directories(o.out);
   for (size_t i = 0; i < views.size(); ++i) {
-    const torch::Tensor image =
-        run.gaussians ? run.gaussians->render_camera(views[i].second).to(torch::kCPU).clamp(0, 1)
-                      : run.trainer->render_camera(views[i].second, run.step);
+    const torch::Tensor image = run.family->render_camera(views[i].second, run.step);
     if (run.comm->rank() != 0) continue;
     const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
     data::write_png((std::filesystem::path(o.out) / views[i].first).string(), png);
@@ -121,12 +130,25 @@ int run_render(const SnapshotCommandOptions& o) {
 }
 
 void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
-  sub->add_option("snapshot", o.snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  auto* snapshot =
+      sub->add_option("snapshot", o.snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
+          ->check(CLI::ExistingFile);
+  auto* ply = sub->add_option("--ply", o.ply,
+                              "Instead of a snapshot: a model trained by any tool, e.g. the 3DGS "
+                              "Gaussians of an INRIA-layout .ply (in the capture's coordinates, as "
+                              "`tessera export` writes them), rendered on the cameras of --scene")
+                  ->type_name("FILE")
+                  ->check(CLI::ExistingFile)
+                  ->excludes(snapshot);
+  sub->add_option("--scene", o.scene, "With --ply: the tessera-scene dataset whose cameras and "
+                                       "images to use")
+      ->type_name("FILE.h5")
+      ->check(CLI::ExistingFile)
+      ->needs(ply);
   sub->add_option("--set", o.overrides,
-                  "Override a key of the snapshot's stored config, e.g. --set data.path=FILE "
-                  "when the dataset moved. Repeatable")
+                  "Override a config key: of the snapshot's stored config (e.g. --set "
+                  "data.path=FILE when the dataset moved), or with --ply of the model's default "
+                  "config (e.g. --set model.resolution_scale=2). Repeatable")
       ->type_name("KEY=VALUE");
   sub->add_option("--max-views", o.max_views, "Use at most this many views (default: all)")
       ->check(CLI::NonNegativeNumber);
@@ -137,8 +159,8 @@ void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
 Command add_eval_command(CLI::App& app) {
   auto o = std::make_shared<SnapshotCommandOptions>();
   CLI::App* sub = app.add_subcommand(
-      "eval", "Score a snapshot: PSNR and SSIM per split as one JSON object (run under mpirun to "
-              "split the rendering across ranks)");
+      "eval", "Score a snapshot (or, with --ply, a model trained elsewhere): PSNR and SSIM per "
+              "split as one JSON object (run under mpirun to split the rendering across ranks)");
   add_common(sub, *o);
   sub->add_option("--split", o->split, "Split to score (default: val and test, those that exist)")
       ->check(CLI::IsMember({"train", "val", "test"}));
@@ -148,7 +170,8 @@ Command add_eval_command(CLI::App& app) {
 Command add_render_command(CLI::App& app) {
   auto o = std::make_shared<SnapshotCommandOptions>();
   CLI::App* sub = app.add_subcommand(
-      "render", "Render a snapshot's views (a split, or an orbit around the scene) to PNGs");
+      "render", "Render a snapshot's views (or, with --ply, a model trained elsewhere): a split, "
+                "or an orbit around the scene, to PNGs");
   add_common(sub, *o);
   sub->add_option("--out", o->out, "Folder for the PNGs (created)")->required();
   auto* split = sub->add_option("--split", o->split, "Split whose views to render (default: test)")

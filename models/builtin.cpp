@@ -1,15 +1,16 @@
-// The list of built-in models. Each models/<family>/ adds its factories here by name
-// (hash-grid and MLP NeRF in models/nerf/, 3D Gaussians in models/gaussians/).
+// The list of built-in model families: one line per family folder of models/.
 #include "models/builtin.h"
 
-#include "models/nerf/nerf_hash.h"
-#include "models/nerf/nerf_mlp.h"
+#include "models/gaussians/gaussian_family.h"
+#include "models/nerf/nerf_family.h"
 
 namespace tessera::models {
 
-void register_builtin_models(ModelRegistry& registry) {
-  registry.add("nerf-hash", nerf::make_nerf_hash);
-  registry.add("nerf-mlp", nerf::make_nerf_mlp);
+void register_builtin_families(FamilyRegistry& registry) {
+  nerf::register_nerf_families(registry);           // nerf-hash, nerf-mlp (models/nerf/)
+  gaussians::register_gaussian_family(registry);    // gaussians (models/gaussians/)
 }
+
+void register_builtin_models(ModelRegistry& registry) { nerf::register_nerf_models(registry); }
 
 }  // namespace tessera::models

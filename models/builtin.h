@@ -1,11 +1,16 @@
-// Registers every model implemented in models/ with the framework's ModelRegistry.
-// launch/ calls this once; the framework itself never includes models/.
+// Registers every model family implemented in models/ with the framework's FamilyRegistry (and
+// the ray models with the ModelRegistry). launch/ calls this once; the framework itself never
+// includes models/.
 #pragma once
 
+#include "framework/family.h"
 #include "framework/model.h"
 
 namespace tessera::models {
 
+// The families `tessera train` knows by model.name.
+void register_builtin_families(FamilyRegistry& registry);
+// The ray models (NeRF) by name, for code that builds a Model directly (tests, `bench nerf`).
 void register_builtin_models(ModelRegistry& registry);
 
 }  // namespace tessera::models

@@ -419,7 +419,7 @@ TEST_F(CliTest, TrainUnknownModelExits2AndCreatesNothing) {
                                    "--set", "model.name=nerf-nope"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "model.name 'nerf-nope'")) << describe(r);
-  EXPECT_TRUE(contains(r.err, "known: nerf-hash, nerf-mlp")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "known: gaussians, nerf-hash, nerf-mlp")) << describe(r);
   EXPECT_FALSE(fs::exists(out_dir)) << "the run directory was created before the model check";
 }
 

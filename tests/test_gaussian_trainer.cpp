@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,9 @@
 #include "framework/data/scene.h"
 #include "framework/data/synth.h"
 #include "framework/memory.h"
+#include "framework/config.h"
+#include "framework/run.h"
+#include "models/gaussians/gaussian_family.h"
 #include "models/gaussians/gaussian_trainer.h"
 #include "models/gaussians/ply.h"
 #include "tests/mpi_test_env.h"
@@ -567,6 +571,98 @@ TEST_F(GaussianTrainerTest, StartsFromAPly) {
   EXPECT_EQ(started.next_global_id(), want.size());
   o.init_ply = dir_ + "/missing.ply";
   EXPECT_THROW(gs::GaussianTrainer(world(), *scene_, o), UserError);
+}
+
+// ---- The gaussians family behind the framework's TrainingRun (framework/run.h) ------------------------
+
+// A config of the gaussians family on this suite's scene; no run directory.
+Config gaussian_run_config(const std::string& scene, int64_t steps) {
+  return parse_config("[model]\nname = \"gaussians\"\nviews_per_step = 2\n"
+                      "[train]\nsteps = " + std::to_string(steps) + "\n"
+                      "[data]\npath = \"" + scene + "\"\n[run]\nseed = 3\n",
+                      "gaussian-run test");
+}
+
+RunOptions quiet(const Config& config) {
+  RunOptions o = run_options(config);
+  o.out_dir = "";
+  o.progress = false;
+  o.log_every = 0;
+  o.check_agreement = true;
+  return o;
+}
+
+// A non-finite loss on one rank skips the step on every rank (agreed): no row changes, the next
+// step trains, and the loss scaler counts the skip.
+TEST_F(GaussianTrainerTest, RunSkipsANonFiniteStepOnEveryRank) {
+  const Config config = gaussian_run_config(dir_ + "/scene.h5", 6);
+  gs::GaussianFamily family(FamilyContext{config, *test::g_context, world(), *scene_,
+                                          torch::Device(torch::kCPU)});
+  TrainingRun run(*test::g_context, world(), family, *scene_, quiet(config));
+  const int last = world().size() - 1;
+  family.trainer().loss_hook = [&](int64_t step, torch::Tensor& loss) {
+    if (step == 2 && world().rank() == last) loss = loss * std::nan("");
+  };
+  for (int64_t t = 0; t < 2; ++t) EXPECT_FALSE(run.train_step(t).skipped) << t;
+  const gs::GaussianParams before = family.trainer().canonical_params();
+  const StepRecord skipped = run.train_step(2);
+  EXPECT_TRUE(skipped.skipped);
+  const gs::GaussianParams after = family.trainer().canonical_params();
+  const auto b = before.fields(), a = after.fields();
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(*a[i], *b[i])) << "field " << i;
+  const StepRecord next = run.train_step(3);
+  EXPECT_FALSE(next.skipped);
+  EXPECT_TRUE(std::isfinite(next.loss));
+  EXPECT_EQ(run.loss_scaler().skipped_steps(), 1);
+  EXPECT_EQ(family.trainer().steps_done(), 4);
+  const gs::GaussianParams trained = family.trainer().canonical_params();
+  EXPECT_FALSE(torch::equal(trained.means, after.means)) << "the step after the skip trained";
+}
+
+// train.max_skipped_steps non-finite steps in a row stop a Gaussian run with an error.
+TEST_F(GaussianTrainerTest, RepeatedNonFiniteStepsStopAGaussianRun) {
+  const Config config = gaussian_run_config(dir_ + "/scene.h5", 50);
+  gs::GaussianFamily family(FamilyContext{config, *test::g_context, world(), *scene_,
+                                          torch::Device(torch::kCPU)});
+  RunOptions o = quiet(config);
+  o.max_skipped_steps = 3;
+  TrainingRun run(*test::g_context, world(), family, *scene_, o);
+  family.trainer().loss_hook = [&](int64_t step, torch::Tensor& loss) {
+    if (step >= 3 && world().rank() == 0) loss = loss * std::numeric_limits<float>::quiet_NaN();
+  };
+  try {
+    run.run();
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("training stopped at step 6"), std::string::npos)
+        << e.what();
+  }
+}
+
+// train.precision = "bf16" on a Gaussian run: the render runs under autocast, but its kernels
+// compute in float32 and the loss (SSIM's variances cancel in bf16) is kept in float32, so the
+// run equals the fp32 run exactly. A change that lets autocast reach the loss fails here.
+TEST_F(GaussianTrainerTest, Bf16RunKeepsTheLossAndKernelsInFloat32) {
+  const Config config = gaussian_run_config(dir_ + "/scene.h5", 3);
+  const FamilyContext context{config, *test::g_context, world(), *scene_,
+                              torch::Device(torch::kCPU)};
+  gs::GaussianFamily fp32(context), bf16(context);
+  TrainingRun reference(*test::g_context, world(), fp32, *scene_, quiet(config));
+  RunOptions o = quiet(config);
+  o.precision = "bf16";
+  TrainingRun mixed(*test::g_context, world(), bf16, *scene_, o);
+  for (int64_t t = 0; t < 3; ++t) {
+    const StepRecord a = reference.train_step(t), b = mixed.train_step(t);
+    EXPECT_FALSE(b.skipped) << t;
+    EXPECT_EQ(b.loss, a.loss) << "step " << t;
+  }
+  const gs::GaussianParams got = bf16.trainer().canonical_params(),
+                           want = fp32.trainer().canonical_params();
+  const auto g = got.fields(), w = want.fields();
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(g[i]->scalar_type(), torch::kFloat32) << i;
+    EXPECT_TRUE(torch::equal(*g[i], *w[i])) << "field " << i;
+  }
 }
 
 }  // namespace

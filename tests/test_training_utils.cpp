@@ -501,7 +501,7 @@ TEST(Metrics, CudaMatchesCpu) {
 // ---- LearningCheck ----------------------------------------------------------------------------
 
 TEST(LearningCheck, WarnsOnceWhenTheLossDoesNotFallAndNamesTheCauses) {
-  tessera::LearningCheck check(300, "nerf");
+  tessera::LearningCheck check(300, "(4) learning rate: train.lr too high;");
   std::optional<std::string> warning;
   int warnings = 0;
   for (int64_t step = 0; step < 600; ++step) {
@@ -521,14 +521,14 @@ TEST(LearningCheck, WarnsOnceWhenTheLossDoesNotFallAndNamesTheCauses) {
 }
 
 TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
-  tessera::LearningCheck learning(300, "gaussians");
+  tessera::LearningCheck learning(300, "");
   for (int64_t step = 1000; step < 1400; ++step)  // a resumed run counts from its first step
     EXPECT_FALSE(learning.observe(step, 0.1 * std::exp(-0.01 * static_cast<double>(step - 1000))))
         << step;
-  tessera::LearningCheck off(0, "nerf");
+  tessera::LearningCheck off(0, "");
   for (int64_t step = 0; step < 400; ++step) EXPECT_FALSE(off.observe(step, 0.5));
-  // A plateau on a Gaussian run names the Gaussian causes.
-  tessera::LearningCheck flat(100, "gaussians");
+  // A plateau names the family's causes after the shared ones.
+  tessera::LearningCheck flat(100, "(4) initialization: model.random_count;");
   std::optional<std::string> w;
   for (int64_t step = 0; step < 100 && !w; ++step) w = flat.observe(step, 0.2);
   ASSERT_TRUE(w.has_value());

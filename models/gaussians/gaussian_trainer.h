@@ -17,6 +17,7 @@
 #include "framework/data/scene.h"
 #include "framework/memory.h"
 #include "framework/schedule.h"
+#include "framework/snapshot.h"
 #include "kernels/tile_binning.h"
 #include "models/gaussians/densify.h"
 #include "models/gaussians/gaussian_loss.h"
@@ -94,8 +95,22 @@ class GaussianTrainer {
   GaussianTrainer(const GaussianTrainer&) = delete;
   GaussianTrainer& operator=(const GaussianTrainer&) = delete;
 
-  // One training step on the batch batch_views(t). Collective.
+  // One training step on the batch batch_views(t): forward_backward then apply_step. Collective.
   GaussianStepResult step(int64_t t);
+  // The two halves of a step, for a TrainingRun that decides in between whether to skip it (framework/
+  // run.h). forward_backward leaves in the local rows the gradients of the batch loss times
+  // `loss_scale`, the render run under autocast `precision` (its kernels compute in float32,
+  // so today bf16 changes no value) and the loss in float32;
+  // the densify statistics of the batch wait for apply_step. apply_step takes the Adam step and
+  // keeps the statistics (both unless `skipped`), then densifies, resets opacities and
+  // rebalances as scheduled. Collective.
+  GaussianStepResult forward_backward(int64_t t, double loss_scale = 1.0,
+                                      const std::string& precision = "fp32");
+  void apply_step(int64_t t, bool skipped, GaussianStepResult& result);
+  // The local rows' gradients (the six fields, kGroupNames order) after forward_backward.
+  std::vector<torch::Tensor> gradients() const;
+  // Test hook: called with each pass's summed view loss before backward; may replace it.
+  std::function<void(int64_t step, torch::Tensor& loss)> loss_hook;
 
   // The camera indices of step t's views: a pure function of (seed, t). The train views are
   // visited in epochs; epoch e is the permutation that sorts them by hash(seed, e, view).
@@ -114,21 +129,24 @@ class GaussianTrainer {
   static constexpr int64_t kViewBytesPerPixel = 200;
   static int64_t estimate_view_bytes(int64_t local_gaussians, int64_t pixels);
 
-  // Renders camera `camera_index` with the sharded pipeline (no gradient) at the active SH
-  // degree; the full image [H, W, 3] on every rank. Collective.
-  torch::Tensor render(int64_t camera_index);
-  torch::Tensor render_camera(const data::Camera& camera);  // any camera, e.g. an orbit's
+  // Renders camera `camera_index` with the sharded pipeline (no gradient) at SH degree
+  // `sh_degree` (-1: the degree of the last step taken); the full image [H, W, 3] on every rank.
+  // Collective.
+  torch::Tensor render(int64_t camera_index, int sh_degree = -1);
+  torch::Tensor render_camera(const data::Camera& camera, int sh_degree = -1);  // e.g. an orbit's
 
   // Mean PSNR and SSIM over the dataset views `views` (clamped renders at resolution_scale vs the
   // targets composited over the background, resized to the render's size). `on_image` (if set)
-  // receives each view's image [H, W, 3] in [0, 1], on every rank. Collective.
+  // receives each view's image [H, W, 3] in [0, 1], on every rank. SH degree as render().
+  // Collective.
   struct EvalScores {
     double psnr = 0, ssim = 0;
     int64_t views = 0;
   };
   EvalScores evaluate(const std::vector<size_t>& views,
                       const std::function<void(size_t view, const torch::Tensor& image)>&
-                          on_image = {});
+                          on_image = {},
+                      int sh_degree = -1);
 
   // Canonical (ordered by global id) views for tests and export. root < 0: on every rank;
   // otherwise on root only (undefined tensors elsewhere). Collective.
@@ -144,9 +162,15 @@ class GaussianTrainer {
   static constexpr const char* kSnapshotModel = "gaussians";  // SnapshotMeta::model
   // Writes the state after steps_done() steps to `path` (tessera-snapshot v1, atomic; collective
   // over `context`, whose ranks must be comm's): every rank's rows in rank order and the per-rank
-  // row counts. `parallel`: SnapshotWriterOptions::parallel.
+  // row counts. `parallel`: SnapshotWriterOptions::parallel. (A TrainingRun writes its snapshots with
+  // save_state inside its own frame.)
   void save_snapshot(distributed::ProcessContext& context, const std::string& path,
                      const std::string& config_toml, bool parallel = true);
+  // The trainer's datasets of a snapshot, written into `writer` (collective).
+  void save_state(SnapshotWriter& writer);
+  // Loads the trainer's datasets from an open snapshot whose model and dataset were checked
+  // (load_snapshot checks them): see load_snapshot. Collective.
+  void load_state(const SnapshotReader& reader);
   // Replaces the rows, Adam state, densify statistics, ids, next id and step count by the
   // snapshot's; returns its step. At the writer's world size every rank gets exactly its own rows
   // back in their order (bitwise-exact continuation); at another, an even slice of the rows, then
@@ -155,7 +179,7 @@ class GaussianTrainer {
   // every rank with the same message. Collective. (The trainer was constructed normally first;
   // building the initial set is wasted work, acceptable at the scales tested.)
   int64_t load_snapshot(const std::string& path);
-  int64_t steps_done() const { return adam_steps_; }  // steps taken = the next step to train
+  int64_t steps_done() const { return steps_done_; }  // steps taken = the next step to train
   // The Gaussians of a Gaussian-run snapshot written at any world size, in canonical order
   // (ascending global id, as canonical_params and export_ply), on the CPU; needs no MPI. Every
   // checksum read is verified. UserError for a missing, damaged or non-Gaussian snapshot. `step`,
@@ -209,7 +233,14 @@ class GaussianTrainer {
   torch::Tensor background_;  // [3] float32
   double extent_ = 0;
   int64_t next_id_ = 0;     // the next global id to assign, identical on every rank
-  int64_t adam_steps_ = 0;  // optimizer steps taken (the Adam step count of every row)
+  int64_t steps_done_ = 0;  // steps taken, skipped ones included
+  int64_t adam_steps_ = 0;  // optimizer updates taken (the Adam step count of every row)
+  // The densify statistics of the step in progress (forward_backward to apply_step).
+  struct PendingStats {
+    torch::Tensor radii, means2d_grad;
+    int64_t width = 0, height = 0;
+  };
+  std::vector<PendingStats> pending_stats_;
   std::map<std::pair<int64_t, double>, torch::Tensor> targets_;  // (camera, scale) -> image
   SamplingSchedule sampling_;
   mutable std::vector<ViewEpoch> epochs_;

@@ -189,22 +189,23 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   return images;
 }
 
-torch::Tensor GaussianTrainer::render(int64_t camera_index) {
-  return render_camera(scene_.cameras().at(static_cast<size_t>(camera_index)));
+torch::Tensor GaussianTrainer::render(int64_t camera_index, int sh_degree) {
+  return render_camera(scene_.cameras().at(static_cast<size_t>(camera_index)), sh_degree);
 }
 
-torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera) {
+torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera, int sh_degree) {
   torch::NoGradGuard no_grad;
-  return forward({camera}, sh_degree_at(adam_steps_ > 0 ? adam_steps_ - 1 : 0),
-                 options_.resolution_scale, false, nullptr)[0];
+  if (sh_degree < 0) sh_degree = sh_degree_at(steps_done_ > 0 ? steps_done_ - 1 : 0);
+  return forward({camera}, sh_degree, options_.resolution_scale, false, nullptr)[0];
 }
 
 GaussianTrainer::EvalScores GaussianTrainer::evaluate(
     const std::vector<size_t>& views,
-    const std::function<void(size_t view, const torch::Tensor& image)>& on_image) {
+    const std::function<void(size_t view, const torch::Tensor& image)>& on_image, int sh_degree) {
   EvalScores scores;
   for (size_t v : views) {
-    const torch::Tensor image = render(static_cast<int64_t>(v)).to(torch::kCPU).clamp(0, 1);
+    const torch::Tensor image =
+        render(static_cast<int64_t>(v), sh_degree).to(torch::kCPU).clamp(0, 1);
     // Pinhole render against a pinhole target: a distorted capture is undistorted first.
     torch::Tensor target =
         data::undistort_image(scene_.read_image_over_background(v), scene_.cameras().at(v));

@@ -4,12 +4,13 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "distributed/errors.h"
 #include "framework/snapshot.h"
-#include "framework/trainer.h"
+#include "framework/run.h"
 #include "framework/trainer_run.h"
 #include "models/gaussians/gaussian_trainer.h"
 
@@ -123,20 +124,25 @@ std::string agreed_error(distributed::Communicator& comm, const std::string& loc
 
 void GaussianTrainer::save_snapshot(distributed::ProcessContext& context, const std::string& path,
                                     const std::string& config_toml, bool parallel) {
-  torch::NoGradGuard no_grad;
   SnapshotMeta meta;
-  meta.step = adam_steps_;
+  meta.step = steps_done_;
   meta.model = kSnapshotModel;
   meta.config_toml = config_toml;
-  meta.dataset_fingerprint = Trainer::dataset_fingerprint(scene_);
+  meta.dataset_fingerprint = dataset_fingerprint(scene_);
   SnapshotWriterOptions wo;
   wo.parallel = parallel;
+  SnapshotWriter writer(context, path, meta, wo);
+  save_state(writer);
+  writer.commit();
+}
+
+void GaussianTrainer::save_state(SnapshotWriter& writer) {
+  torch::NoGradGuard no_grad;
   // Every rank's row count, so that a resume at this world size hands each rank its own rows.
   const torch::Tensor rank_rows =
       comm_.allgather(torch::tensor({params_.size()}, torch::kInt64).to(comm_.device()))
           .cpu()
           .reshape({-1});
-  SnapshotWriter writer(context, path, meta, wo);
   const auto fields = params_.fields();
   for (size_t i = 0; i < kFields; ++i)
     writer.write_sharded(snapshot_param(kGroupNames[i]), fields[i]->detach());
@@ -148,7 +154,7 @@ void GaussianTrainer::save_snapshot(distributed::ProcessContext& context, const 
                          has ? s->exp_avg() : torch::zeros_like(p));
     writer.write_sharded(snapshot_optimizer(kGroupNames[i], "exp_avg_sq"),
                          has ? s->exp_avg_sq() : torch::zeros_like(p));
-    // The same for every row and rank: the trainer's step count (0 before the first step).
+    // The same for every row and rank: the trainer's update count (0 before the first update).
     writer.write_replicated(snapshot_optimizer(kGroupNames[i], "step"),
                             torch::tensor(has ? adam_steps_ : int64_t{0}, torch::kInt64));
   }
@@ -162,29 +168,43 @@ void GaussianTrainer::save_snapshot(distributed::ProcessContext& context, const 
   // the batch scaling) and SH degree.
   const double scale =
       options_.sqrt_batch_lr_scaling ? std::sqrt(static_cast<double>(options_.views_per_step)) : 1;
-  const auto lrs = group_learning_rates(options_.rates, extent_, adam_steps_ + 1);
+  const auto lrs = group_learning_rates(options_.rates, extent_, steps_done_ + 1);
   std::vector<double> lr(lrs.begin(), lrs.end());
   for (double& v : lr) v *= scale;
   writer.write_replicated(snapshot_state("lr"), torch::tensor(lr, torch::kFloat64));
   writer.write_replicated(snapshot_state("sh_degree"),
-                          torch::tensor(static_cast<int64_t>(sh_degree_at(adam_steps_)),
+                          torch::tensor(static_cast<int64_t>(sh_degree_at(steps_done_)),
                                         torch::kInt64));
-  writer.commit();
 }
 
 int64_t GaussianTrainer::load_snapshot(const std::string& path) {
+  std::string error;
+  std::unique_ptr<SnapshotReader> reader;
+  try {
+    reader = std::make_unique<SnapshotReader>(path);
+    check_snapshot_matches_run(path, reader->meta(), kSnapshotModel, dataset_fingerprint(scene_),
+                               options_.steps);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  // Every rank learns the outcome, so none goes on into a collective alone.
+  error = agreed_error(comm_, error);
+  if (!error.empty()) throw UserError(error);
+  load_state(*reader);
+  return steps_done_;
+}
+
+void GaussianTrainer::load_state(const SnapshotReader& reader) {
   torch::NoGradGuard no_grad;
   const torch::Device device = params_.means.device();
+  const std::string& path = reader.path();
   std::string error;
   std::vector<torch::Tensor> rows;
   torch::Tensor ids;
-  int64_t step = 0, next_id = 0;
+  int64_t step = 0, updates = 0, next_id = 0;
   bool own_rows = false;
   try {
-    const SnapshotReader reader(path);
     const SnapshotMeta& meta = reader.meta();
-    check_snapshot_matches_run(path, meta, kSnapshotModel, Trainer::dataset_fingerprint(scene_),
-                               options_.steps);
     const int64_t n = check_layout(reader);
     // Rows are read by hyperslab without their checksums (read_rows reads a part), so rank 0
     // verifies the whole file first.
@@ -208,6 +228,7 @@ int64_t GaussianTrainer::load_snapshot(const std::string& path) {
       rows.push_back(read_slice(reader, name, start, count).to(device));
     ids = read_slice(reader, kIds, start, count).to(device);
     step = meta.step;
+    updates = reader.read(snapshot_optimizer(kGroupNames[0], "step")).item<int64_t>();
     next_id = reader.read(kNextId).item<int64_t>();
   } catch (const UserError& e) {
     error = e.what();
@@ -216,16 +237,16 @@ int64_t GaussianTrainer::load_snapshot(const std::string& path) {
   error = agreed_error(comm_, error);
   if (!error.empty()) throw UserError(error);
 
-  adam_steps_ = step;  // before install_rows: the Adam state's step count
+  steps_done_ = step;
+  adam_steps_ = updates;  // before install_rows: the Adam state's step count
   next_id_ = next_id;
   ids_ = ids;
-  install_rows(rows, /*with_state=*/step > 0);
+  install_rows(rows, /*with_state=*/updates > 0);
   stats_.grad_norm_sum = rows[3 * kFields].contiguous();
   stats_.count = rows[3 * kFields + 1].contiguous();
   stats_.max_radii = rows[3 * kFields + 2].contiguous();
   // Another world size: an even slice each, then Morton ownership (with the Adam state).
   if (!own_rows) rebalance(true);
-  return step;
 }
 
 GaussianParams GaussianTrainer::read_snapshot_params(const std::string& path, int64_t* step) {

@@ -204,7 +204,8 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
     torch::NoGradGuard no_grad;
     const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
     const auto all_features = density_mlp({enc})[0];
-    const auto sigmas = torch::exp(all_features.select(1, 0).clamp_max(options_.max_log_density));
+    const auto sigmas =
+        torch::exp(all_features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
     const auto rgb_unused = torch::zeros({marched, 3}, sigmas.options());
     const auto counts =
         kernels::volume_render(sigmas, rgb_unused, march.deltas, march.ts, march.ray_offsets).num_steps;
@@ -220,11 +221,13 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
     const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
     features = checkpoint_density_ ? checkpoint(fn_density, {enc})[0] : fn_density({enc})[0];
   }
-  const auto sigmas = torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
+  // Compositing runs in float32 (under bf16/fp16 autocast the MLPs' outputs are half).
+  const auto sigmas =
+      torch::exp(features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
   const auto sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
-  const auto rgbs = checkpoint_color_ ? checkpoint(fn_color, {features, sh})[0]
-                                      : fn_color({features, sh})[0];
+  const auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh})[0]
+                                       : fn_color({features, sh})[0]).to(torch::kFloat32);
 
   const auto out = kernels::volume_render(sigmas, rgbs, march.deltas, march.ts, march.ray_offsets);
   RenderResult result;

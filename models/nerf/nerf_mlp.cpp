@@ -199,9 +199,10 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
   const auto out_heads = checkpointed_[segments] ? checkpoint(fn_heads, {h, d_enc}) : fn_heads({h, d_enc});
   // softplus instead of the paper's ReLU: no dead density at init, smoother on a short CPU run.
-  const auto sigmas = torch::softplus(out_heads[0].view({-1}));
+  // Compositing runs in float32 (under bf16/fp16 autocast the heads' outputs are half).
+  const auto sigmas = torch::softplus(out_heads[0].view({-1}).to(torch::kFloat32));
   const auto offsets = torch::arange(0, (r + 1) * s, s, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-  const auto vr = kernels::volume_render(sigmas, out_heads[1], deltas.reshape({-1}), ts.reshape({-1}), offsets);
+  const auto vr = kernels::volume_render(sigmas, out_heads[1].to(torch::kFloat32), deltas.reshape({-1}), ts.reshape({-1}), offsets);
   RenderResult result;
   result.rgb = vr.rgb + (1.0 - vr.opacity).unsqueeze(1) * rays.background.reshape({-1, 3});
   result.opacity = vr.opacity;

@@ -1,0 +1,153 @@
+// The model-family interface that the framework's TrainingRun drives (NeRF, 3DGS, ...), and the registry
+// that builds a family by its config name (docs/architecture.md, "Adding a model family").
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "distributed/process_context.h"
+#include "framework/config.h"
+#include "framework/data/scene.h"
+
+namespace tessera {
+
+class SnapshotReader;
+class SnapshotWriter;
+
+// What the TrainingRun asks of one step, identical on every rank.
+struct StepControl {
+  int64_t step = 0;               // 0-based index of the optimizer step
+  uint64_t seed = 0;              // run.seed: randomness is a function of (seed, step, purpose)
+  double loss_scale = 1.0;        // multiply the loss by this before backward (fp16 scaling)
+  std::string precision = "fp32"; // autocast for the forward: fp32 | bf16 | fp16
+};
+
+// What one step did. `loss`, `skipped` and `fields` are identical on every rank.
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0.0;         // the global training loss of the batch (reported, not scaled)
+  double loss_scale = 1.0;   // the scale the step ran with
+  bool skipped = false;      // a non-finite gradient somewhere: no rank updated
+  double seconds = 0.0;      // wall time of the step on this rank
+  double work = 0.0;         // units of work of the step (ModelFamily::work_unit), global
+  nlohmann::json fields;     // the family's own metrics.jsonl fields (lr, samples per ray, ...)
+  std::string progress;      // the family's part of the progress line ("" = none)
+};
+
+// Scores of the eval views: means over the views.
+struct EvalScores {
+  int64_t views = 0;
+  double psnr = 0.0;
+  double ssim = 0.0;
+};
+
+// Receives each eval render: the dataset view index and the image [H, W, 3] float32 in [0, 1].
+using ImageSink = std::function<void(size_t view, const torch::Tensor& image)>;
+
+// One model family's training state and its hooks. The TrainingRun (framework/run.h) owns the loop:
+// cadence, logging, snapshots, signals and the non-finite policy; a family fills these hooks.
+// Every hook but the const ones is collective: all ranks call it in the same order.
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  // The registered model name; SnapshotMeta::model of the family's snapshots.
+  virtual std::string model_name() const = 0;
+  // What StepRecord::work counts, for the throughput ("rays", "views"): metrics key <unit>_per_s.
+  virtual std::string work_unit() const = 0;
+  // Called once before the first step of TrainingRun::run (after a snapshot was loaded, if any), with
+  // the first step to train: logs the family's starting state.
+  virtual void on_start(int64_t first_step) {}
+  // Forward and backward of step control.step: leaves in the parameters the gradients of the
+  // step's loss times control.loss_scale (replicated parameters: already synchronized across
+  // ranks). Fills loss, work, fields and progress of the record.
+  virtual StepRecord forward_backward(const StepControl& control) = 0;
+  // This rank's gradients after forward_backward (undefined entries allowed). The TrainingRun counts
+  // their non-finite values, agrees on a skip across ranks and unscales them in place.
+  virtual std::vector<torch::Tensor> gradients() = 0;
+  // Applies the step's update unless `skipped`, then the family's work after a step (occupancy
+  // grid, densification); may add to `record`.
+  virtual void apply_step(const StepControl& control, bool skipped, StepRecord& record) = 0;
+  // Renders and scores the dataset views `views` (rendered at the step `step`); `on_image`
+  // (when set) receives each render on every rank.
+  virtual EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
+                              const ImageSink& on_image) = 0;
+  // Renders any camera (a dataset view, an orbit): [H, W, 3] float32 in [0, 1] on the CPU, on
+  // every rank.
+  virtual torch::Tensor render_camera(const data::Camera& camera, int64_t step) = 0;
+  // The family's training state in a snapshot (parameters, optimizer, model state); the TrainingRun
+  // writes the meta and its own state around it. load_state throws UserError, on every rank,
+  // for a snapshot that does not fit this family's settings.
+  virtual void save_state(SnapshotWriter& writer) = 0;
+  virtual void load_state(const SnapshotReader& reader) = 0;
+  // After the last step of a finished run: files of the family in `out_dir` (e.g. a PLY);
+  // returns a line for the summary ("" = nothing written).
+  virtual std::string write_outputs(const std::string& out_dir) { return ""; }
+  // The family's likely causes of a loss that does not improve, numbered from (4) on (the
+  // TrainingRun's warning lists poses, bounds and background first; learning_check.h).
+  virtual std::string not_learning_causes() const { return ""; }
+  // Appended to the "stopped by a signal" message (e.g. how to get the family's outputs from the
+  // snapshot); "" = nothing.
+  virtual std::string stopped_hint() const { return ""; }
+  // A line for the summary describing the trained state ("48,129 Gaussians"); "" = none.
+  virtual std::string describe() { return ""; }
+  // The family's fields of the summary record in metrics.jsonl (collective).
+  virtual nlohmann::json summary_fields() { return nlohmann::json::object(); }
+};
+
+// What a family factory gets: the resolved config, the ranks and the dataset.
+struct FamilyContext {
+  const Config& config;
+  distributed::ProcessContext& process;
+  distributed::Communicator& comm;
+  const data::SceneReader& scene;
+  torch::Device device;
+};
+
+// One `tessera info` line about a snapshot: a label and its value.
+using InfoLine = std::pair<std::string, std::string>;
+
+// How `tessera export SNAPSHOT --ply OUT` writes a snapshot of a family (needs no MPI).
+struct ExportRequest {
+  std::string snapshot;
+  std::string out;     // the file to write
+  std::string scene;   // the run's dataset ("" = the data.path stored in the snapshot)
+  bool world = false;  // keep Tessera's normalized world coordinates instead of the capture's
+};
+
+// A registered family: the factory plus what the commands that read snapshots need.
+struct FamilyInfo {
+  std::string name;  // model.name
+  std::function<std::unique_ptr<ModelFamily>(const FamilyContext&)> create;
+  // Checks of the config that need no MPI (UserError, exit 2); may be empty.
+  std::function<void(const Config&)> check_config;
+  // Extra `tessera info` lines for a snapshot of this family; may be empty.
+  std::function<std::vector<InfoLine>(const SnapshotReader&)> describe_snapshot;
+  // `tessera export`; empty when the family has nothing to export. Returns the line to print.
+  std::function<std::string(const ExportRequest&)> export_snapshot;
+  // A model trained elsewhere that this family can render and score (`tessera eval --ply FILE`):
+  // the config overrides that start the family from `path` (at least model.name), or nothing
+  // when the family does not read such a file. May be empty.
+  std::function<std::vector<std::string>(const std::string& path)> import_overrides;
+};
+
+// Families by name. An unknown name throws UserError listing the known ones.
+class FamilyRegistry {
+ public:
+  void add(FamilyInfo info);  // std::logic_error for a name registered twice
+  const FamilyInfo& get(const std::string& name, const std::string& origin) const;
+  bool contains(const std::string& name) const;
+  std::vector<std::string> names() const;  // sorted
+
+ private:
+  std::vector<FamilyInfo> families_;
+};
+
+}  // namespace tessera

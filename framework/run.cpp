@@ -1,0 +1,202 @@
+// TrainingRun construction, one optimizer step with the agreed non-finite policy, eval of the configured
+// views, and the snapshot frame (meta, loss scaler, skip count) around the family's state.
+#include "framework/run.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "distributed/agreement.h"
+#include "distributed/errors.h"
+#include "framework/data/image_io.h"
+#include "framework/memory.h"
+#include "framework/snapshot.h"
+#include "framework/trainer_run.h"
+
+namespace tessera {
+
+RunOptions run_options(const Config& config) {
+  RunOptions o;
+  o.steps = config.train.steps;
+  o.seed = static_cast<uint64_t>(config.run.seed);
+  o.precision = config.train.precision;
+  o.max_skipped_steps = config.train.max_skipped_steps;
+  o.check_agreement = config.distributed.check_agreement;
+  o.log_every = config.train.log_every;
+  o.eval_every = config.eval.every;
+  o.eval_split = config.eval.split;
+  o.eval_max_views = config.eval.max_views;
+  o.out_dir = config.run.out_dir;
+  o.snapshot_every = config.snapshot.every;
+  o.snapshot_keep = config.snapshot.keep;
+  o.snapshot_parallel = config.snapshot.parallel;
+  o.not_learning_steps = config.train.check_learning_after;
+  return o;
+}
+
+SamplingScheduleOptions sampling_options(const Config& config) {
+  SamplingScheduleOptions o;
+  o.name = config.sampling.schedule;
+  o.rate_max = config.sampling.rate_max;
+  o.rate_min = config.sampling.rate_min;
+  o.total_steps = config.train.steps;
+  o.step_every = config.sampling.step_every;
+  o.step_factor = config.sampling.step_factor;
+  return o;
+}
+
+std::string dataset_fingerprint(const data::SceneReader& scene) {
+  std::ostringstream text;
+  text.precision(17);
+  const auto& m = scene.meta();
+  for (double b : m.scene_bounds) text << b << ',';
+  text << m.near << ',' << m.far << ';';
+  for (const auto& c : scene.cameras()) {
+    text << c.fx << ',' << c.fy << ',' << c.cx << ',' << c.cy << ',' << c.width << ','
+         << c.height << ',' << static_cast<int>(c.split);
+    for (double v : c.camera_to_world) text << ',' << v;
+    text << ';';
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
+  return hex;
+}
+
+void check_run_options(const RunOptions& options, torch::Device device) {
+  const std::string& p = options.precision;
+  if (p != "fp32" && p != "bf16" && p != "fp16")
+    throw UserError("train.precision must be one of fp32, bf16, fp16 (got \"" + p + "\")");
+  // bf16 autocast runs on the CPU as on CUDA; fp16 needs CUDA's half-precision kernels.
+  if (p == "fp16" && !device.is_cuda())
+    throw UserError("train.precision = \"fp16\" needs a CUDA device; this run is on the CPU. "
+                    "Use precision = \"bf16\" or \"fp32\".");
+  if (options.steps < 0) throw UserError("train.steps must be >= 0");
+  if (options.eval_split != "train" && options.eval_split != "val" && options.eval_split != "test")
+    throw UserError("eval.split must be train, val or test (got \"" + options.eval_split + "\")");
+}
+
+TrainingRun::TrainingRun(distributed::ProcessContext& context, distributed::Communicator& comm,
+         ModelFamily& family, const data::SceneReader& scene, RunOptions options)
+    : context_(context), comm_(comm), family_(family), scene_(scene),
+      options_(std::move(options)) {
+  check_run_options(options_, comm_.device());
+  const std::string& p = options_.precision;
+  options_.loss_scaler.enabled = (p == "fp16");
+  scaler_ = std::make_unique<LossScaler>(options_.loss_scaler);
+  if (comm_.device().is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
+  if (!options_.out_dir.empty() && comm_.rank() == 0) {
+    std::filesystem::create_directories(std::filesystem::path(options_.out_dir) / "renders");
+    const std::string path = (std::filesystem::path(options_.out_dir) / "metrics.jsonl").string();
+    // Opened here so that an unwritable run directory fails before training; run() reopens
+    // it to keep a resumed run's earlier records (trainer_run.h).
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) throw UserError("cannot open " + path + " for writing; check run.out_dir");
+  }
+  start_ = std::chrono::steady_clock::now();
+}
+
+TrainingRun::~TrainingRun() = default;
+
+void TrainingRun::set_eval_views(const std::string& split, int64_t max_views) {
+  options_.eval_split = split;
+  options_.eval_max_views = max_views;
+}
+
+StepRecord TrainingRun::train_step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepControl control;
+  control.step = step;
+  control.seed = options_.seed;
+  control.loss_scale = scaler_->scale();
+  control.precision = options_.precision;
+  StepRecord record = family_.forward_backward(control);
+  record.step = step;
+  record.loss_scale = control.loss_scale;
+
+  // Skip decision: the local count of non-finite gradients, agreed by a max over all ranks.
+  torch::Tensor found = torch::tensor(
+      {static_cast<int64_t>(scaler_->unscale_and_count_nonfinite(family_.gradients()) > 0)},
+      torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+  comm_.allreduce(found, distributed::ReduceOp::Max);
+  record.skipped = scaler_->update(found.item<int64_t>() != 0);
+  family_.apply_step(control, record.skipped, record);
+  consecutive_skips_ = record.skipped ? consecutive_skips_ + 1 : 0;
+
+  if (options_.check_agreement) {
+    using distributed::check_same_on_all_ranks;
+    check_same_on_all_ranks(context_, record.loss_scale,
+                            "loss scale at step " + std::to_string(step));
+    check_same_on_all_ranks(context_, static_cast<uint64_t>(record.skipped),
+                            "skip-step decision at step " + std::to_string(step));
+  }
+  ++steps_done_;
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return record;
+}
+
+EvalScores TrainingRun::evaluate(int64_t step, bool write) {
+  const data::Split split = options_.eval_split == "train" ? data::Split::Train
+                            : options_.eval_split == "val" ? data::Split::Val
+                                                           : data::Split::Test;
+  std::vector<size_t> views = scene_.indices(split);
+  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
+    views.resize(options_.eval_max_views);
+  ImageSink sink;
+  if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {
+    sink = [&](size_t view, const torch::Tensor& image) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
+                    static_cast<long long>(step), view);
+      const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
+      data::write_png((std::filesystem::path(options_.out_dir) / "renders" / name).string(), png);
+    };
+  }
+  return family_.evaluate(step, views, sink);
+}
+
+std::string TrainingRun::save_snapshot() {
+  if (options_.out_dir.empty()) throw std::logic_error("TrainingRun::save_snapshot needs an out_dir");
+  SnapshotMeta meta;
+  meta.step = steps_done_;
+  meta.model = family_.model_name();
+  meta.config_toml = options_.config_toml;
+  meta.dataset_fingerprint = dataset_fingerprint(scene_);
+  SnapshotWriterOptions wo;
+  wo.parallel = options_.snapshot_parallel;
+  return write_run_snapshot(comm_, options_.out_dir, steps_done_, options_.snapshot_keep,
+                            [&](const std::string& path) {
+    SnapshotWriter writer(context_, path, meta, wo);
+    family_.save_state(writer);
+    writer.write_replicated(snapshot_state("loss_scaler"),
+                            torch::tensor(scaler_->state(), torch::kFloat64));
+    writer.write_replicated(snapshot_state("consecutive_skips"),
+                            torch::tensor(consecutive_skips_, torch::kInt64));
+    writer.commit();
+  });
+}
+
+void TrainingRun::load_snapshot(const std::string& path) {
+  const SnapshotReader reader(path);
+  const SnapshotMeta& meta = reader.meta();
+  check_snapshot_matches_run(path, meta, family_.model_name(), dataset_fingerprint(scene_),
+                             options_.steps);
+  family_.load_state(reader);
+  // Snapshots of Gaussian runs written before the run was shared carry neither: a fresh scaler
+  // and no skips, which is what those runs had.
+  if (reader.has(snapshot_state("loss_scaler"))) {
+    const torch::Tensor scaler = reader.read(snapshot_state("loss_scaler"));
+    scaler_->load_state(std::vector<double>(scaler.data_ptr<double>(),
+                                            scaler.data_ptr<double>() + scaler.numel()));
+  }
+  consecutive_skips_ = reader.has(snapshot_state("consecutive_skips"))
+                           ? reader.read(snapshot_state("consecutive_skips")).item<int64_t>()
+                           : 0;
+  steps_done_ = meta.step;
+  spdlog::info("resumed from {} at step {} (written by {} rank(s), now {})", path, meta.step,
+               meta.world_size, comm_.size());
+}
+
+}  // namespace tessera

@@ -1,0 +1,132 @@
+// The training run, written once for every model family (docs/architecture.md): the step loop
+// with the agreed non-finite policy and loss scaling, eval cadence, metrics.jsonl, the progress
+// line, snapshots (periodic, --until, SIGTERM/SIGINT, final), peak memory and the summary.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "distributed/communicator.h"
+#include "distributed/process_context.h"
+#include "framework/config.h"
+#include "framework/data/scene.h"
+#include "framework/family.h"
+#include "framework/loss_scaler.h"
+#include "framework/schedule.h"
+
+namespace tessera {
+
+struct RunOptions {
+  int64_t steps = 2000;            // optimizer steps
+  uint64_t seed = 0;               // all randomness is a function of (seed, step, purpose)
+  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16" (fp16 on CUDA only)
+  LossScalerOptions loss_scaler;   // `enabled` is forced on for fp16 and off otherwise
+  int64_t max_skipped_steps = 100; // consecutive non-finite steps that stop the run (error)
+  bool check_agreement = false;    // debug: check the loss scale and skip on all ranks each step
+  int64_t log_every = 100;         // progress line + metrics.jsonl record (0 = only at the end)
+  int64_t eval_every = 0;          // eval cadence in steps (0 = only at the end)
+  std::string eval_split = "val";  // "train" | "val" | "test"
+  int64_t eval_max_views = 4;      // at most this many views of the split (first ones); -1 all
+  std::string out_dir;             // run directory; "" = write no files
+  bool progress = true;            // rank 0 prints the progress line on stderr
+  // Snapshots (RUN_DIR/snapshots, needs out_dir): every N steps (0 = only at the end), and
+  // always at the end of run(), at `stop_after` and on SIGTERM/SIGINT.
+  int64_t snapshot_every = 0;
+  int64_t snapshot_keep = 3;       // newest snapshots kept (0 = all)
+  bool snapshot_parallel = true;   // parallel HDF5 for sharded state
+  std::string config_toml;         // the resolved config, stored in every snapshot
+  // run() returns after this many steps (snapshot written) as if interrupted; -1 = `steps`.
+  int64_t stop_after = -1;
+  // A run whose loss has not improved after this many steps gets a warning naming the likely
+  // causes (framework/learning_check.h; 0 = never).
+  int64_t not_learning_steps = 300;
+};
+
+// The RunOptions of a resolved config: [train] steps, precision, log_every, max_skipped_steps,
+// check_learning_after; [eval]; [snapshot]; run.seed and run.out_dir;
+// distributed.check_agreement.
+RunOptions run_options(const Config& config);
+// The [sampling] schedule of a resolved config (what it samples is the family's: rays per epoch
+// for NeRF, views per epoch for 3DGS).
+SamplingScheduleOptions sampling_options(const Config& config);
+// UserError unless the options can run on `device`: a known precision (fp16 needs CUDA), steps
+// >= 0, a known eval split. TrainingRun's constructor checks them; families may check earlier.
+void check_run_options(const RunOptions& options, torch::Device device);
+
+struct TrainSummary {
+  int64_t steps = 0;          // steps done when run() returned (the next step to train)
+  bool finished = false;      // all `steps` done (false: stopped by a signal or stop_after)
+  std::string last_snapshot;  // the snapshot written last ("" when none)
+  double seconds = 0.0;
+  double final_loss = 0.0;
+  double work_per_s = 0.0;    // the family's work units (rays, views) per second over the run
+  double eval_psnr = 0.0;     // of the final eval (0 when no eval view exists)
+  double eval_ssim = 0.0;
+  int64_t eval_views = 0;
+  int64_t skipped_steps = 0;
+  int64_t peak_mem_bytes = 0;  // this rank's device peak
+};
+
+// Identifies a dataset: its cameras, image sizes, splits and root attributes (16 hex digits,
+// stored in every snapshot; a resume on another dataset is refused).
+std::string dataset_fingerprint(const data::SceneReader& scene);
+
+class TrainingRun {
+ public:
+  // Every rank constructs it with the same options. UserError on bad options (fp16 on the CPU,
+  // an unknown precision or eval split, an unwritable run directory).
+  TrainingRun(distributed::ProcessContext& context, distributed::Communicator& comm,
+              ModelFamily& family, const data::SceneReader& scene, RunOptions options);
+  ~TrainingRun();
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  // Trains steps [next_step(), options.steps) (or to stop_after), evaluating, logging and
+  // snapshotting as configured; writes the family's outputs when finished. Collective.
+  TrainSummary run();
+  // One optimizer step (collective): the family's forward and backward, the non-finite count
+  // agreed across ranks (max), the loss scaler's update, then the family's update or skip.
+  StepRecord train_step(int64_t step);
+  // Renders and scores the eval views (split and count from the options); rank 0 writes
+  // RUN_DIR/renders/step-NNNNNNNN-view-III.png when `write` and out_dir is set. Collective.
+  EvalScores evaluate(int64_t step, bool write = true);
+
+  // Snapshots (layout in docs/formats.md). save_snapshot writes the state after next_step()
+  // steps to RUN_DIR/snapshots/step-NNNNNNNN.h5 and rotates; collective. load_snapshot restores
+  // the family's state, the loss scaler and the skip count on every rank and continues at the
+  // snapshot's step; it refuses (UserError) a snapshot of another model or dataset, or past
+  // `steps`. The world size may differ from the writer's.
+  std::string save_snapshot();
+  void load_snapshot(const std::string& path);
+  int64_t next_step() const { return steps_done_; }
+
+  ModelFamily& family() { return family_; }
+  const RunOptions& options() const { return options_; }
+  // What evaluate() renders from now on: the split and at most `max_views` views (-1 = all).
+  void set_eval_views(const std::string& split, int64_t max_views);
+  const LossScaler& loss_scaler() const { return *scaler_; }
+
+ private:
+  void log_step(const StepRecord& record, const EvalScores* eval, double work_per_s,
+                double steps_per_s);
+  void write_summary(const TrainSummary& summary, const std::string& outputs);
+
+  distributed::ProcessContext& context_;
+  distributed::Communicator& comm_;
+  ModelFamily& family_;
+  const data::SceneReader& scene_;
+  RunOptions options_;
+  std::unique_ptr<LossScaler> scaler_;
+  std::ofstream metrics_;  // rank 0, when out_dir is set
+  std::chrono::steady_clock::time_point start_;
+  int64_t first_step_ = 0;   // the step run() started at (for the ETA)
+  int64_t steps_done_ = 0;
+  int64_t consecutive_skips_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,189 @@
+// The `gaussians` family: GaussianTrainer's step halves, eval, renders and snapshot state as the
+// hooks of the framework's TrainingRun; the PLY at the end of a run; `tessera info` and `export`.
+#include "models/gaussians/gaussian_family.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "distributed/errors.h"
+#include "framework/run.h"
+#include "framework/snapshot.h"
+#include "models/gaussians/ply.h"
+
+namespace tessera::models::gaussians {
+
+GaussianFamily::GaussianFamily(const FamilyContext& c)
+    : comm_(c.comm), trainer_(c.comm, c.scene, gaussian_trainer_options(c.config)) {}
+
+std::string GaussianFamily::model_name() const { return GaussianTrainer::kSnapshotModel; }
+
+void GaussianFamily::on_start(int64_t first_step) {
+  const int64_t count = trainer_.global_count();
+  if (first_step == 0) {
+    spdlog::info("gaussians: {} initial Gaussians ({} on this rank)", count,
+                 trainer_.local_count());
+    if (comm_.rank() == 0)
+      std::fprintf(stderr, "gaussians: %lld initial Gaussians on %d rank(s)\n",
+                   static_cast<long long>(count), comm_.size());
+  } else {
+    spdlog::info("gaussians: {} Gaussians at step {} ({} on this rank)", count, first_step,
+                 trainer_.local_count());
+    if (comm_.rank() == 0)
+      std::fprintf(stderr, "gaussians: %lld Gaussians on %d rank(s) at step %lld\n",
+                   static_cast<long long>(count), comm_.size(),
+                   static_cast<long long>(first_step));
+  }
+}
+
+StepRecord GaussianFamily::forward_backward(const StepControl& control) {
+  pending_ = trainer_.forward_backward(control.step, control.loss_scale, control.precision);
+  StepRecord record;
+  record.loss = pending_.loss;
+  record.work = static_cast<double>(pending_.views.size());
+  return record;
+}
+
+std::vector<torch::Tensor> GaussianFamily::gradients() { return trainer_.gradients(); }
+
+void GaussianFamily::apply_step(const StepControl& control, bool skipped, StepRecord& record) {
+  trainer_.apply_step(control.step, skipped, pending_);
+  const GaussianStepResult& r = pending_;
+  const double rate = trainer_.sampling_rate_at(control.step);
+  record.fields = {{"gaussians", r.global_count},     {"sh_degree", r.sh_degree},
+                   {"sampling_rate", rate},            {"resolution_scale", r.resolution_scale},
+                   {"views_per_pass", r.views_per_pass}};
+  if (r.densified)
+    record.fields["densified"] = {{"cloned", r.cloned}, {"split", r.split}, {"pruned", r.pruned}};
+  char progress[128];
+  std::snprintf(progress, sizeof(progress), "%lld Gaussians SH %d rate %.2f scale %g",
+                static_cast<long long>(r.global_count), r.sh_degree, rate, r.resolution_scale);
+  record.progress = progress;
+}
+
+EvalScores GaussianFamily::evaluate(int64_t step, const std::vector<size_t>& views,
+                                    const ImageSink& on_image) {
+  const GaussianTrainer::EvalScores s = trainer_.evaluate(views, on_image, sh_degree(step));
+  return {s.views, s.psnr, s.ssim};
+}
+
+torch::Tensor GaussianFamily::render_camera(const data::Camera& camera, int64_t step) {
+  return trainer_.render_camera(camera, sh_degree(step)).to(torch::kCPU).clamp(0, 1);
+}
+
+int GaussianFamily::sh_degree(int64_t step) const {
+  return trainer_.sh_degree_at(std::max<int64_t>(step - 1, 0));  // that of the step's last step
+}
+
+void GaussianFamily::save_state(SnapshotWriter& writer) { trainer_.save_state(writer); }
+void GaussianFamily::load_state(const SnapshotReader& reader) { trainer_.load_state(reader); }
+
+std::string GaussianFamily::write_outputs(const std::string& out_dir) {
+  ply_ = (std::filesystem::path(out_dir) / "gaussians.ply").string();
+  trainer_.export_ply(ply_);
+  return ply_;
+}
+
+std::string GaussianFamily::not_learning_causes() const {
+  return "(4) initialization: without SfM points the random Gaussians must cover what the "
+         "cameras see (model.random_count, the dataset's scene_extent); "
+         "(5) learning rates: model.*_lr too high or too low for the scene's scale.";
+}
+
+std::string GaussianFamily::describe() {
+  return std::to_string(trainer_.global_count()) + " Gaussians";
+}
+
+nlohmann::json GaussianFamily::summary_fields() {
+  return {{"gaussians", trainer_.global_count()}, {"ply", ply_}};
+}
+
+namespace {
+
+std::vector<InfoLine> describe_snapshot(const SnapshotReader& reader) {
+  if (!reader.has("params/means")) return {};
+  // One row per Gaussian in every per-Gaussian dataset (docs/formats.md).
+  std::string sh;
+  if (reader.has("state/sh_degree"))
+    sh = ", SH degree " + std::to_string(reader.read("state/sh_degree").item<int64_t>()) +
+         " at the next step";
+  return {{"gaussians:", std::to_string(reader.shape("params/means").at(0)) + sh +
+                             " (`tessera export` writes them as .ply)"}};
+}
+
+std::string export_snapshot(const ExportRequest& o) {
+  int64_t step = 0;
+  // Reads and verifies everything before the PLY is written (atomically), so a bad snapshot
+  // leaves no file behind.
+  GaussianParams params = GaussianTrainer::read_snapshot_params(o.snapshot, &step);
+  if (!o.world) {  // back to the capture's coordinates, as the run's own gaussians.ply
+    std::string scene = o.scene;
+    if (scene.empty()) {
+      const SnapshotReader reader(o.snapshot);
+      scene = parse_config(reader.meta().config_toml, o.snapshot + " (stored config)", {}).data.path;
+    }
+    if (scene.empty() || !std::filesystem::exists(scene))
+      throw UserError(o.snapshot + ": its dataset '" + scene + "' is not there, and the PLY is "
+                      "written in the capture's coordinates that the dataset records: give it "
+                      "with --scene FILE.h5, or pass --world for the training coordinates");
+    const data::SceneReader reader(scene);
+    params = world_to_capture(params, reader.meta().capture_scale, reader.meta().capture_offset);
+  }
+  write_ply(o.out, params);
+  return "wrote " + std::to_string(params.size()) + " Gaussians (step " + std::to_string(step) +
+         ") to " + o.out;
+}
+
+}  // namespace
+
+GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
+  GaussianTrainerOptions o;
+  o.views_per_step = config.model.views_per_step;
+  o.steps = config.train.steps;
+  o.seed = static_cast<uint64_t>(config.run.seed);
+  o.resolution_scale = config.model.resolution_scale;
+  o.densify.densify_from = config.model.densify_from;
+  o.densify.densify_until = config.model.densify_until;
+  o.densify.densify_every = config.model.densify_every;
+  o.densify.grad_threshold = config.model.densify_grad_threshold;
+  o.densify.opacity_reset_every = config.model.opacity_reset_every;
+  o.densify.seed = static_cast<uint64_t>(config.run.seed);
+  o.init.seed = static_cast<uint64_t>(config.run.seed);
+  if (config.model.random_count > 0) o.init.random_count = config.model.random_count;
+  o.sh_degree_interval = static_cast<int>(config.model.sh_degree_interval);
+  // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
+  o.sampling = sampling_options(config);
+  o.num_downscales = static_cast<int>(config.model.num_downscales);
+  o.resolution_schedule = config.model.resolution_schedule;
+  o.views_per_pass = config.model.views_per_pass;
+  if (config.checkpoint.policy == "budget") {
+    if (!(config.checkpoint.budget_mib > 0))
+      throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "
+                      "activation memory that sets how many views a pass renders)");
+    o.memory_budget_bytes = static_cast<int64_t>(config.checkpoint.budget_mib * 1024.0 * 1024.0);
+  }
+  o.init_ply = config.model.init_ply;
+  return o;
+}
+
+void register_gaussian_family(FamilyRegistry& registry) {
+  FamilyInfo info;
+  info.name = GaussianTrainer::kSnapshotModel;
+  info.create = [](const FamilyContext& c) { return std::make_unique<GaussianFamily>(c); };
+  info.check_config = [](const Config& config) {
+    gaussian_trainer_options(config);
+    SamplingSchedule{sampling_options(config)};
+  };
+  info.describe_snapshot = describe_snapshot;
+  info.import_overrides = [](const std::string& path) -> std::vector<std::string> {
+    const std::string ext = std::filesystem::path(path).extension().string();
+    if (ext != ".ply" && ext != ".PLY") return {};
+    return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel), "model.init_ply=" + path};
+  };
+  info.export_snapshot = export_snapshot;
+  registry.add(std::move(info));
+}
+
+}  // namespace tessera::models::gaussians

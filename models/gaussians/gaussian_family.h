@@ -1,0 +1,55 @@
+// The `gaussians` model family (3DGS sharded across ranks, docs/gaussians.md) for the family
+// registry: the GaussianTrainer behind the framework's TrainingRun, its options from the config, and
+// what `tessera info` and `tessera export` do with its snapshots.
+#pragma once
+
+#include "framework/config.h"
+#include "framework/family.h"
+#include "models/gaussians/gaussian_trainer.h"
+
+namespace tessera::models::gaussians {
+
+// The sharded trainer's options from the resolved config ([model] 3DGS keys, [sampling] as views
+// per epoch, [checkpoint] budget as the views-per-pass budget). UserError for a budget policy
+// without a budget.
+GaussianTrainerOptions gaussian_trainer_options(const Config& config);
+
+// The family: GaussianTrainer's step halves, eval, renders and snapshot state as the TrainingRun's hooks;
+// gaussians.ply in the run directory when a run finishes.
+class GaussianFamily : public ModelFamily {
+ public:
+  explicit GaussianFamily(const FamilyContext& context);
+
+  std::string model_name() const override;
+  std::string work_unit() const override { return "views"; }
+  void on_start(int64_t first_step) override;
+  StepRecord forward_backward(const StepControl& control) override;
+  std::vector<torch::Tensor> gradients() override;
+  void apply_step(const StepControl& control, bool skipped, StepRecord& record) override;
+  EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
+                      const ImageSink& on_image) override;
+  torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  void save_state(SnapshotWriter& writer) override;
+  void load_state(const SnapshotReader& reader) override;
+  std::string write_outputs(const std::string& out_dir) override;
+  std::string describe() override;
+  std::string not_learning_causes() const override;
+  std::string stopped_hint() const override {
+    return " (`tessera export SNAPSHOT --ply OUT.ply` writes its Gaussians)";
+  }
+  nlohmann::json summary_fields() override;
+
+  GaussianTrainer& trainer() { return trainer_; }
+
+ private:
+  int sh_degree(int64_t step) const;  // the SH degree renders at `step` steps done use
+
+  distributed::Communicator& comm_;
+  GaussianTrainer trainer_;
+  GaussianStepResult pending_;  // the step in progress
+  std::string ply_;             // written by write_outputs
+};
+
+void register_gaussian_family(FamilyRegistry& registry);
+
+}  // namespace tessera::models::gaussians
