@@ -1,8 +1,7 @@
 // `tessera bench NAME`: benchmarks that print one JSON object per line on rank 0's stdout, each
 // with a baseline measured in the same run. allreduce (Tessera's Communicator vs raw MPI or NCCL
-// on the same buffer), nerf (bench_nerf.cpp: training throughput, checkpointing, accumulation),
-// snapshot (bench_snapshot.cpp: sharded snapshot write/read, parallel vs gathered) and gaussians
-// (bench_gaussians.cpp: sharded 3DGS step time and memory per rank at a fixed count).
+// on the same buffer), snapshot (bench_snapshot.cpp: sharded snapshot write/read, parallel vs
+// gathered), and the benches the model families add (models/builtin.cpp).
 #include <mpi.h>
 
 #include <algorithm>
@@ -22,7 +21,9 @@
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "framework/log.h"
+#include "framework/bench_util.h"
 #include "launch/commands.h"
+#include "models/builtin.h"
 
 namespace tessera::launch {
 
@@ -128,10 +129,8 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
 
 }  // namespace
 
-// bench_nerf.cpp, bench_snapshot.cpp, bench_gaussians.cpp
-std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench);
+// bench_snapshot.cpp
 std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& bench);
-std::pair<CLI::App*, std::function<int()>> add_gaussians_bench_command(CLI::App& bench);
 
 Command add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Run a benchmark; prints one JSON object per line");
@@ -154,14 +153,14 @@ Command add_bench_command(CLI::App& app) {
                         "auto (CUDA when every rank has a device of its own), cpu (MPI backend) or cuda (NCCL backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  auto nerf = add_nerf_bench_command(*sub);
   auto snapshot = add_snapshot_bench_command(*sub);
-  auto gaussians = add_gaussians_bench_command(*sub);
-  return {sub, [options, allreduce, nerf, snapshot, gaussians] {
+  // The model families' own benches (models/builtin.cpp).
+  const std::vector<bench::BenchCommand> families = models::add_builtin_benches(*sub);
+  return {sub, [options, allreduce, snapshot, families] {
             if (allreduce->parsed()) return run_allreduce_bench(*options);
-            if (nerf.first->parsed()) return nerf.second();
             if (snapshot.first->parsed()) return snapshot.second();
-            if (gaussians.first->parsed()) return gaussians.second();
+            for (const bench::BenchCommand& family : families)
+              if (family.app->parsed()) return family.run();
             return kExitBadInput;
           }};
 }

@@ -13,7 +13,7 @@
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "framework/snapshot.h"
-#include "launch/bench_util.h"
+#include "framework/bench_util.h"
 #include "launch/commands.h"
 
 namespace tessera::launch {
@@ -58,7 +58,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
       {
         SnapshotMeta meta;
         meta.step = 1;
-        meta.model = "gaussians";
+        meta.model = "bench-snapshot";  // a file only this bench reads
         SnapshotWriterOptions wo;
         wo.parallel = parallel;
         SnapshotWriter writer(context, path, meta, wo);

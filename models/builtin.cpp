@@ -1,4 +1,4 @@
-// The list of built-in model families: one line per family folder of models/.
+// The list of built-in model families (one line per family folder of models/) and their benches.
 #include "models/builtin.h"
 
 #include "models/gaussians/gaussian_family.h"
@@ -12,5 +12,9 @@ void register_builtin_families(FamilyRegistry& registry) {
 }
 
 void register_builtin_models(ModelRegistry& registry) { nerf::register_nerf_models(registry); }
+
+std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench) {
+  return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench)};
+}
 
 }  // namespace tessera::models

@@ -3,6 +3,7 @@
 // what `tessera info` and `tessera export` do with its snapshots.
 #pragma once
 
+#include "framework/bench_util.h"
 #include "framework/config.h"
 #include "framework/family.h"
 #include "models/gaussians/gaussian_trainer.h"
@@ -51,5 +52,7 @@ class GaussianFamily : public ModelFamily {
 };
 
 void register_gaussian_family(FamilyRegistry& registry);
+// `tessera bench gaussians` (gaussian_bench.cpp): step time and memory per rank at a fixed count.
+bench::BenchCommand add_gaussian_bench(CLI::App& bench);
 
 }  // namespace tessera::models::gaussians

@@ -2,6 +2,7 @@
 // (framework/model.h) trained by the ray family, framework/trainer.h.
 #pragma once
 
+#include "framework/bench_util.h"
 #include "framework/config.h"
 #include "framework/family.h"
 #include "framework/model.h"
@@ -17,5 +18,7 @@ TrainerOptions trainer_options(const Config& config);
 void register_nerf_models(ModelRegistry& registry);
 // nerf-hash and nerf-mlp as model families.
 void register_nerf_families(FamilyRegistry& registry);
+// `tessera bench nerf` (nerf_bench.cpp): throughput, checkpoint policies, accumulation.
+bench::BenchCommand add_nerf_bench(CLI::App& bench);
 
 }  // namespace tessera::models::nerf

@@ -1,6 +1,7 @@
 // `tessera bench nerf`: NeRF training throughput (global rays/s through the Trainer), and the
 // memory and time of activation checkpointing policies and of gradient accumulation on a fixed
 // batch of nerf-mlp, at one precision. One JSON object per line on rank 0's stdout; progress on stderr.
+#include <CLI/CLI.hpp>
 #include <ATen/autocast_mode.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -27,11 +28,10 @@
 #include "framework/model.h"
 #include "framework/ray_sampler.h"
 #include "framework/trainer.h"
-#include "launch/bench_util.h"
-#include "launch/commands.h"
-#include "models/builtin.h"
+#include "framework/bench_util.h"
+#include "models/nerf/nerf_family.h"
 
-namespace tessera::launch {
+namespace tessera::models::nerf {
 
 namespace {
 
@@ -135,7 +135,7 @@ StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch
 std::unique_ptr<Model> create_model(const std::string& name, const data::SceneReader& scene,
                                     torch::Device device, uint64_t seed) {
   ModelRegistry registry;
-  models::register_builtin_models(registry);
+  register_nerf_models(registry);
   registry.require(name, "bench nerf");
   Config config;
   config.model.name = name;
@@ -276,7 +276,7 @@ int run_nerf_bench(const NerfBenchOptions& options) {
 }  // namespace
 
 // Adds `bench nerf` under `bench`; returns whether it was chosen and how to run it.
-std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& bench) {
+bench::BenchCommand add_nerf_bench(CLI::App& bench) {
   auto o = std::make_shared<NerfBenchOptions>();
   CLI::App* sub = bench.add_subcommand(
       "nerf", "NeRF training throughput (global rays/s; run under mpirun -np N and compare with a "
@@ -320,4 +320,4 @@ std::pair<CLI::App*, std::function<int()>> add_nerf_bench_command(CLI::App& benc
   return {sub, [o] { return run_nerf_bench(*o); }};
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::models::nerf

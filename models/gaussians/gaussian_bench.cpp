@@ -1,5 +1,6 @@
 // `tessera bench gaussians`: step time and peak memory per rank of the sharded 3DGS trainer
 // (models/gaussians/gaussian_trainer.h) at exactly --count Gaussians, one JSON line on rank 0.
+#include <CLI/CLI.hpp>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -18,15 +19,15 @@
 #include "framework/data/synth.h"
 #include "framework/log.h"
 #include "framework/memory.h"
-#include "launch/bench_util.h"
-#include "launch/commands.h"
+#include "framework/bench_util.h"
+#include "models/gaussians/gaussian_family.h"
 #include "models/gaussians/gaussian_trainer.h"
 
-namespace tessera::launch {
+namespace tessera::models::gaussians {
 
 namespace {
 
-namespace gs = models::gaussians;
+namespace gs = tessera::models::gaussians;
 
 struct GaussianBenchOptions {
   int64_t count = 0;               // Gaussians, exactly (random in the scene bounds)
@@ -171,7 +172,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
 }  // namespace
 
 // Adds `bench gaussians` under `bench`; returns whether it was chosen and how to run it.
-std::pair<CLI::App*, std::function<int()>> add_gaussians_bench_command(CLI::App& bench) {
+bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
   auto o = std::make_shared<GaussianBenchOptions>();
   CLI::App* sub = bench.add_subcommand(
       "gaussians",
@@ -213,4 +214,4 @@ std::pair<CLI::App*, std::function<int()>> add_gaussians_bench_command(CLI::App&
   return {sub, [o] { return run_gaussian_bench(*o); }};
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::models::gaussians

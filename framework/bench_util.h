@@ -1,5 +1,6 @@
-// What the `tessera bench` commands share: medians, the max over ranks, rank-0 progress lines,
-// device sync and a per-rank temporary folder.
+// What the `tessera bench` commands share (launch/ and the families' benches in models/):
+// medians, the max over ranks, rank-0 progress lines, device sync, a per-rank temporary folder,
+// and the subcommand a family adds under `tessera bench`.
 #pragma once
 
 #include <mpi.h>
@@ -7,12 +8,23 @@
 
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace tessera::launch::bench {
+namespace CLI {
+class App;
+}
+
+namespace tessera::bench {
+
+// A `tessera bench NAME` subcommand and the function that runs it (exit code).
+struct BenchCommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
 
 double median(std::vector<double> values);  // of a non-empty list
 
@@ -47,4 +59,4 @@ std::string bench_scene(const std::string& name, int rank, const std::string& sc
                         const std::string& preset, int views, int size, uint64_t seed,
                         std::unique_ptr<TempDir>& temp);
 
-}  // namespace tessera::launch::bench
+}  // namespace tessera::bench

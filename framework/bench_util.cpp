@@ -1,5 +1,5 @@
 // Shared pieces of the bench commands (bench_util.h).
-#include "launch/bench_util.h"
+#include "framework/bench_util.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "distributed/errors.h"
 #include "framework/data/synth.h"
 
-namespace tessera::launch::bench {
+namespace tessera::bench {
 
 double median(std::vector<double> values) {
   if (values.empty()) throw std::invalid_argument("median of nothing");
@@ -59,4 +59,4 @@ std::string bench_scene(const std::string& name, int rank, const std::string& sc
   return path;
 }
 
-}  // namespace tessera::launch::bench
+}  // namespace tessera::bench
