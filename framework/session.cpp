@@ -40,18 +40,25 @@ void bring_up(Session& session, const FamilyRegistry& families, const std::strin
       FamilyContext{config, *session.context, *session.comm, *session.scene, device});
 }
 
+// The family's and the run's checks that need no MPI (UserError naming `origin` for an unknown
+// model; the device is the CPU unless a GPU is visible).
+void check_family_config(const Config& config, const FamilyRegistry& families,
+                         const std::string& origin) {
+  const FamilyInfo& family = families.get(config.model.name, origin);
+  check_run_options(run_options(config), torch::cuda::is_available() ? torch::Device(torch::kCUDA)
+                                                                     : torch::Device(torch::kCPU));
+  if (family.check_config) family.check_config(config);
+}
+
 }  // namespace
 
 void check_before_ranks(const Config& config, const FamilyRegistry& families,
                         const std::string& resume) {
-  const FamilyInfo& family = families.get(config.model.name, config.source_path);
+  families.get(config.model.name, config.source_path);  // an unknown model first
   if (config.data.path.empty())
     throw UserError(config.source_path + ": data.path is empty; make a dataset with `tessera "
                     "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
-  // The device is known once MPI is up; where no GPU is visible at all it is the CPU.
-  check_run_options(run_options(config),
-                    torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
-  if (family.check_config) family.check_config(config);
+  check_family_config(config, families, config.source_path);
   if (!resume.empty() && resume != "auto") {
     // Format and root attributes only: loading verifies each dataset's checksum as it reads
     // it, so the file is read once, not twice.
@@ -129,8 +136,10 @@ Session restore_session(const std::string& snapshot, const std::vector<std::stri
     step = reader.meta().step;
     session.config = parse_config(reader.meta().config_toml, snapshot + " (stored config)", overrides);
   }
+  // Eval and render run without autocast: a run trained in fp16 on GPUs renders on CPU ranks.
+  session.config.train.precision = "fp32";
   const Config& config = session.config;
-  families.get(config.model.name, snapshot);
+  check_family_config(config, families, snapshot);
   if (config.data.path.empty() || !std::filesystem::exists(config.data.path))
     throw UserError(snapshot + ": its dataset '" + config.data.path + "' is not there; pass "
                     "--set data.path=FILE to point at it");
@@ -169,8 +178,9 @@ Session import_session(const std::string& file, const std::string& scene,
   settings.insert(settings.end(), overrides.begin(), overrides.end());
   Session session;
   session.config = parse_config("", file + " (imported)", settings);
+  session.config.train.precision = "fp32";
   const Config& config = session.config;
-  families.get(config.model.name, file);
+  check_family_config(config, families, file);
   session.scene = std::make_unique<data::SceneReader>(config.data.path);
   bring_up(session, families, "warn", "");
   RunOptions options = run_options(config);

@@ -152,7 +152,7 @@ class ResumeTest : public testing::Test {
     std::ofstream(dir_ + "/gaussians.toml")
         << "[data]\npath = \"" << dir_ << "/scene.h5\"\n"
         << "[model]\nname = \"gaussians\"\ndensify_from = 5\ndensify_until = 16\ndensify_every = 5\n"
-        << "densify_grad_threshold = 2e-5\n"
+        << "densify_grad_threshold = 2e-5\nsh_degree_interval = 5\n"
         << "[train]\nsteps = 20\nlog_every = 10\n"
         << "[snapshot]\nevery = 5\nkeep = 0\n"
         << "[eval]\nmax_views = 1\n"

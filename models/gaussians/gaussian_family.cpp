@@ -180,7 +180,9 @@ void register_gaussian_family(FamilyRegistry& registry) {
   info.import_overrides = [](const std::string& path) -> std::vector<std::string> {
     const std::string ext = std::filesystem::path(path).extension().string();
     if (ext != ".ply" && ext != ".PLY") return {};
-    return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel), "model.init_ply=" + path};
+    // sh_degree_interval = 1: renders use the full SH degree a PLY carries (for train.steps >= 3).
+    return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel), "model.init_ply=" + path,
+            "model.sh_degree_interval=1"};
   };
   info.export_snapshot = export_snapshot;
   registry.add(std::move(info));

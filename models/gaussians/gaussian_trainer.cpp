@@ -265,14 +265,17 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
   result.views_per_pass = views_per_pass_for(t, result.views);
   set_learning_rates(s);
   optimizer_->zero_grad();
-  pending_stats_.clear();
+  const bool stats = accumulates_stats(options_.densify, s);
+  stats_before_step_ = DensifyStats{};
+  if (stats)  // O(N) copies, put back if the step is skipped (apply_step)
+    stats_before_step_ = DensifyStats{stats_.grad_norm_sum.clone(), stats_.count.clone(),
+                                      stats_.max_radii.clone()};
 
   // The batch loss is the mean over its views; each pass backpropagates its views' share
   // (sum of its losses / B), so the gradients of the passes add up to the batch's. Every rank
   // holds the same loss; L / size with the allreduce-sum backward gives each rank's pixels
   // exactly the single-process gradient.
   const int64_t b_count = static_cast<int64_t>(result.views.size());
-  const bool stats = accumulates_stats(options_.densify, s);
   double loss_sum = 0;
   for (int64_t first = 0; first < b_count; first += result.views_per_pass) {
     const std::vector<int64_t> pass(
@@ -302,9 +305,9 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
       torch::NoGradGuard no_grad;
       for (size_t b = 0; b < pass.size(); ++b) {
         const torch::Tensor grad = batch.means2d[b].grad();
-        pending_stats_.push_back({batch.radii[b],
-                                  loss_scale == 1.0 || !grad.defined() ? grad : grad / loss_scale,
-                                  batch.widths[b], batch.heights[b]});
+        stats_.accumulate(batch.radii[b],
+                          loss_scale == 1.0 || !grad.defined() ? grad : grad / loss_scale,
+                          batch.widths[b], batch.heights[b]);
       }
     }
   }
@@ -321,13 +324,12 @@ std::vector<torch::Tensor> GaussianTrainer::gradients() const {
 void GaussianTrainer::apply_step(int64_t t, bool skipped, GaussianStepResult& result) {
   const int64_t s = t + 1;
   if (!skipped) {
-    torch::NoGradGuard no_grad;
-    for (const PendingStats& p : pending_stats_)
-      stats_.accumulate(p.radii, p.means2d_grad, p.width, p.height);
     optimizer_->step();
     ++adam_steps_;
+  } else if (stats_before_step_.count.defined()) {
+    stats_ = stats_before_step_;  // the skipped batch's statistics may be non-finite
   }
-  pending_stats_.clear();
+  stats_before_step_ = DensifyStats{};
   ++steps_done_;
 
   // The schedule goes on through a skipped step: the rows are unchanged and finite.

@@ -235,12 +235,9 @@ class GaussianTrainer {
   int64_t next_id_ = 0;     // the next global id to assign, identical on every rank
   int64_t steps_done_ = 0;  // steps taken, skipped ones included
   int64_t adam_steps_ = 0;  // optimizer updates taken (the Adam step count of every row)
-  // The densify statistics of the step in progress (forward_backward to apply_step).
-  struct PendingStats {
-    torch::Tensor radii, means2d_grad;
-    int64_t width = 0, height = 0;
-  };
-  std::vector<PendingStats> pending_stats_;
+  // The densify statistics before the step in progress (forward_backward to apply_step), put
+  // back when the step is skipped; undefined when the step gathers none.
+  DensifyStats stats_before_step_;
   std::map<std::pair<int64_t, double>, torch::Tensor> targets_;  // (camera, scale) -> image
   SamplingSchedule sampling_;
   mutable std::vector<ViewEpoch> epochs_;
