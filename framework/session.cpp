@@ -50,6 +50,21 @@ void check_family_config(const Config& config, const FamilyRegistry& families,
   if (family.check_config) family.check_config(config);
 }
 
+// For eval and render (`session.config` set): the checks that need no MPI, then the ranks, the
+// dataset, the family and a TrainingRun that writes no files. Without autocast: a run trained in
+// fp16 on GPUs renders on CPU ranks.
+void start_viewing(Session& session, const FamilyRegistry& families, const std::string& origin) {
+  session.config.train.precision = "fp32";
+  check_family_config(session.config, families, origin);
+  session.scene = std::make_unique<data::SceneReader>(session.config.data.path);
+  bring_up(session, families, "warn", "");
+  RunOptions options = run_options(session.config);
+  options.out_dir = "";  // eval and render write only what they are asked to
+  options.progress = false;
+  session.run = std::make_unique<TrainingRun>(*session.context, *session.comm, *session.family,
+                                              *session.scene, options);
+}
+
 }  // namespace
 
 void check_before_ranks(const Config& config, const FamilyRegistry& families,
@@ -136,20 +151,11 @@ Session restore_session(const std::string& snapshot, const std::vector<std::stri
     step = reader.meta().step;
     session.config = parse_config(reader.meta().config_toml, snapshot + " (stored config)", overrides);
   }
-  // Eval and render run without autocast: a run trained in fp16 on GPUs renders on CPU ranks.
-  session.config.train.precision = "fp32";
   const Config& config = session.config;
-  check_family_config(config, families, snapshot);
   if (config.data.path.empty() || !std::filesystem::exists(config.data.path))
     throw UserError(snapshot + ": its dataset '" + config.data.path + "' is not there; pass "
                     "--set data.path=FILE to point at it");
-  session.scene = std::make_unique<data::SceneReader>(config.data.path);
-  bring_up(session, families, "warn", "");
-  RunOptions options = run_options(config);
-  options.out_dir = "";  // eval and render write only what they are asked to
-  options.progress = false;
-  session.run = std::make_unique<TrainingRun>(*session.context, *session.comm, *session.family,
-                                      *session.scene, options);
+  start_viewing(session, families, snapshot);
   session.run->load_snapshot(snapshot);
   if (session.run->next_step() != step)
     throw std::logic_error("restore_session: the run is not at the snapshot's step");
@@ -178,16 +184,8 @@ Session import_session(const std::string& file, const std::string& scene,
   settings.insert(settings.end(), overrides.begin(), overrides.end());
   Session session;
   session.config = parse_config("", file + " (imported)", settings);
-  session.config.train.precision = "fp32";
   const Config& config = session.config;
-  check_family_config(config, families, file);
-  session.scene = std::make_unique<data::SceneReader>(config.data.path);
-  bring_up(session, families, "warn", "");
-  RunOptions options = run_options(config);
-  options.out_dir = "";
-  options.progress = false;
-  session.run = std::make_unique<TrainingRun>(*session.context, *session.comm, *session.family,
-                                              *session.scene, options);
+  start_viewing(session, families, file);
   session.step = config.train.steps;
   return session;
 }
