@@ -176,8 +176,10 @@ struct Problem {
 // Collects assignments from the file and the overrides, then resolves them into a Config.
 class ConfigBuilder {
  public:
-  ConfigBuilder(std::string origin, cs::DefaultContext context)
-      : origin_(std::move(origin)), context_(std::move(context)) {}
+  // `stored`: the text is a config a snapshot stored (parse_stored_config), from this or an
+  // earlier Tessera; its keys the model does not read are dropped, not refused.
+  ConfigBuilder(std::string origin, cs::DefaultContext context, bool stored)
+      : origin_(std::move(origin)), context_(std::move(context)), stored_(stored) {}
 
   void add_file(const toml::table& root) {
     for (const auto& [key, node] : root) {
@@ -193,7 +195,7 @@ class ConfigBuilder {
       } else {
         for (const auto& [sub_key, sub_node] : *node.as_table()) {
           const toml::source_position sub_pos = position(sub_key, sub_node);
-          assign(name, std::string(sub_key.str()), sub_node, location(sub_pos), sub_pos);
+          assign(name, std::string(sub_key.str()), sub_node, location(sub_pos), sub_pos, true);
         }
       }
     }
@@ -233,12 +235,15 @@ class ConfigBuilder {
     const toml::node* node = parsed && parsed->size() == 1 ? parsed->get("v") : nullptr;
     const toml::value<std::string> raw(value_text);
     if (!node || (spec->kind == cs::ValueKind::kString && !node->is_string())) node = &raw;
-    assign(section, name, *node, where, {});
+    assign(section, name, *node, where, {}, false);
   }
 
   Config finish(const std::string& source_path) {
     Config config;
     config.source_path = source_path;
+    const std::string model = model_name();
+    if (stored_) place_moved_keys(model);
+    refuse_unread_keys(model);
     for (const auto& spec : cs::schema()) {
       const auto it = values_.find(spec.dotted());
       if (it != values_.end()) {
@@ -276,25 +281,97 @@ class ConfigBuilder {
   }
 
   void assign(const std::string& section, const std::string& name, const toml::node& node,
-              const std::string& where, const toml::source_position& pos) {
+              const std::string& where, const toml::source_position& pos, bool from_file) {
     const cs::KeySpec* spec = find_key(section, name);
+    if (!spec && stored_ && from_file) {
+      moved_.push_back({name, &node, where, pos});  // placed once the model is known
+      return;
+    }
     if (!spec) return add(pos, where + unknown_key_message(section, name));
-    std::string error;
-    const std::optional<cs::Value> value = convert(*spec, node, error);
-    if (!value) return add(pos, where + error);
-    error = cs::check_value(*spec, *value);
-    if (!error.empty()) return add(pos, where + error);
-    values_[spec->dotted()] = *value;
+    store(*spec, node, where, pos, from_file);
   }
+
+  void store(const cs::KeySpec& spec, const toml::node& node, const std::string& where,
+             const toml::source_position& pos, bool from_file) {
+    std::string error;
+    const std::optional<cs::Value> value = convert(spec, node, error);
+    if (!value) return add(pos, where + error);
+    error = cs::check_value(spec, *value);
+    if (!error.empty()) return add(pos, where + error);
+    values_[spec.dotted()] = *value;
+    set_at_[spec.dotted()] = {where, pos, from_file};
+  }
+
+  std::string model_name() const {
+    const auto it = values_.find("model.name");
+    if (it != values_.end()) return std::get<std::string>(it->second);
+    const cs::KeySpec* spec = find_key("model", "name");
+    return std::get<std::string>(*spec->fixed_default);
+  }
+
+  // A stored key the schema does not know: an earlier Tessera wrote the model's keys in [model]
+  // and [train]; each now lives, under the same name, in the section of the family that reads
+  // it. Keys no section of this model has were another model's: dropped.
+  void place_moved_keys(const std::string& model) {
+    for (const MovedKey& key : moved_) {
+      const cs::KeySpec* target = nullptr;
+      int matches = 0;
+      for (const auto& spec : cs::schema()) {
+        if (spec.name == key.name && cs::family_section(spec.section) && cs::reads(model, spec)) {
+          target = &spec;
+          ++matches;
+        }
+      }
+      if (matches == 1 && !values_.count(target->dotted()))
+        store(*target, *key.node, key.where, key.pos, true);
+    }
+  }
+
+  // Every key set (in the file or by --set) must be read by the model: a key of another family,
+  // or a framework key this model ignores, is refused by name. A stored config drops its own.
+  void refuse_unread_keys(const std::string& model) {
+    bool known_model = false;
+    for (const std::string& name : cs::models()) known_model = known_model || name == model;
+    if (!known_model) return;  // an unknown model.name is reported by the family registry
+    for (const auto& spec : cs::schema()) {
+      const auto it = set_at_.find(spec.dotted());
+      if (it == set_at_.end() || cs::reads(model, spec)) continue;
+      if (stored_ && it->second.from_file) {
+        values_.erase(spec.dotted());
+        continue;
+      }
+      const std::string readers = cs::readers_of(spec);
+      add(it->second.pos, it->second.where + "key '" + spec.dotted() +
+                              "' is not read by model '" + model + "'" +
+                              (readers.empty() ? "" : " (only by " + readers + ")") +
+                              "; remove it, or set model.name to a model that reads it");
+    }
+  }
+
+  struct SetAt {
+    std::string where;
+    toml::source_position pos;
+    bool from_file = false;
+  };
+  struct MovedKey {
+    std::string name;
+    const toml::node* node;  // in the parsed file, which outlives the builder
+    std::string where;
+    toml::source_position pos;
+  };
 
   std::string origin_;
   cs::DefaultContext context_;
+  bool stored_ = false;
   std::map<std::string, cs::Value> values_;  // dotted key -> checked value; later ones win
+  std::map<std::string, SetAt> set_at_;      // where each key of values_ was last set
+  std::vector<MovedKey> moved_;              // stored keys to place by name (stored_ only)
   std::vector<Problem> problems_;
 };
 
 Config parse_impl(const std::string& text, const std::string& origin,
-                  const std::vector<std::string>& overrides, const std::string& source_path) {
+                  const std::vector<std::string>& overrides, const std::string& source_path,
+                  bool stored) {
   toml::table root;
   try {
     root = toml::parse(text, std::string_view(origin));
@@ -306,7 +383,7 @@ Config parse_impl(const std::string& text, const std::string& origin,
   }
   cs::DefaultContext context;
   if (!source_path.empty()) context.file_stem = std::filesystem::path(source_path).stem().string();
-  ConfigBuilder builder(origin, context);
+  ConfigBuilder builder(origin, context, stored);
   builder.add_file(root);
   for (const auto& override_text : overrides) builder.add_override(override_text);
   return builder.finish(source_path);
@@ -329,12 +406,17 @@ std::string read_text_file(const std::string& path) {
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_impl(read_text_file(path), path, overrides, path);
+  return parse_impl(read_text_file(path), path, overrides, path, false);
 }
 
 Config parse_config(const std::string& toml_text, const std::string& origin,
                     const std::vector<std::string>& overrides) {
-  return parse_impl(toml_text, origin, overrides, "");
+  return parse_impl(toml_text, origin, overrides, "", false);
+}
+
+Config parse_stored_config(const std::string& toml_text, const std::string& origin,
+                           const std::vector<std::string>& overrides) {
+  return parse_impl(toml_text, origin, overrides, "", true);
 }
 
 std::string to_toml(const Config& config) {
@@ -345,11 +427,12 @@ std::string to_toml(const Config& config) {
   }
   out << "\n";
   for (const auto& section : cs::sections()) {
-    out << "\n[" << section << "]\n";
+    std::string body;
     for (const auto& spec : cs::schema()) {
-      if (spec.section != section) continue;
-      out << spec.name << " = " << cs::format_value(spec.get(config)) << "\n";
+      if (spec.section != section || !cs::reads(config.model.name, spec)) continue;
+      body += spec.name + " = " + cs::format_value(spec.get(config)) + "\n";
     }
+    if (!body.empty() || !cs::family_section(section)) out << "\n[" << section << "]\n" << body;
   }
   return out.str();
 }

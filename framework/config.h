@@ -2,7 +2,9 @@
 // After load_config() the rest of Tessera sees only these structs, never raw TOML.
 #pragma once
 
+#include <any>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,45 +23,19 @@ struct DataConfig {
   std::string path;  // tessera-scene HDF5 file; "" = none
 };
 
-// [model] — which model to train (looked up by name in the model registry).
+// [model] — which model to train (looked up by name in the family registry). The model's own
+// keys live in its family's section ([nerf], [gaussians], ...): Config::section<S>().
 struct ModelConfig {
   std::string name;
-  // `nerf-hash` only (docs/nerf.md): the hash grid's size.
-  int64_t hash_levels = 0;
-  int64_t hash_log2_size = 0;
-  int64_t hash_max_resolution = 0;
-  int64_t march_steps = 0;          // 0 = NerfHashOptions::steps_per_diagonal
-  double distortion_weight = 0.0;
-  // `gaussians` only (docs/gaussians.md):
-  int64_t views_per_step = 1;
-  double resolution_scale = 1.0;
-  int64_t num_downscales = 0;         // coarse to fine
-  int64_t resolution_schedule = 0;
-  int64_t views_per_pass = 0;         // 0 = from the [checkpoint] budget
-  std::string init_ply;               // "" = the dataset's points
-  int64_t random_count = 0;           // random Gaussians when the dataset has no points
-  int64_t densify_from = 0;
-  int64_t densify_until = 0;
-  int64_t densify_every = 0;
-  double densify_grad_threshold = 0.0;
-  int64_t opacity_reset_every = 0;
-  int64_t sh_degree_interval = 0;
 };
 
-// [train] — the optimization loop.
+// [train] — the run's step loop, for every family. How a family batches and optimizes (rays per
+// step, learning rates, ...) is in its own section.
 struct TrainConfig {
   int64_t steps = 0;          // optimizer steps
-  int64_t rays_per_step = 0;  // global batch of rays per step, split across ranks
-  int64_t micro_batches = 0;  // gradient accumulation: micro-batches per step on each rank
-  double lr = 0.0;            // peak learning rate
-  std::string lr_schedule;    // constant | exponential | cosine
-  double final_lr = 0.0;      // learning rate at the last step (exponential, cosine)
-  int64_t warmup_steps = 0;   // linear warm-up steps
-  std::string precision;      // fp32 | bf16 | fp16 (the last two on CUDA)
+  std::string precision;      // fp32 | bf16 | fp16 (the last on CUDA)
   int64_t log_every = 0;      // steps between progress lines and metrics records
-  double adam_eps = 0.0;      // Adam's epsilon
   int64_t max_skipped_steps = 0;  // consecutive non-finite steps that stop the run
-  std::string background;     // random | dataset: training background where the data has alpha
   int64_t check_learning_after = 0;  // steps after which a loss that has not improved is warned of
 };
 
@@ -117,19 +93,51 @@ struct Config {
   EvalConfig eval;
   DistributedConfig distributed;
   std::string source_path;  // the file it was loaded from ("" if none)
+
+  // A family's section, typed by the family: S is its options struct with
+  // `static constexpr const char* kSection`, and S's member initializers are the defaults (also
+  // of a Config built in code, which holds no section until one is stored).
+  template <typename S>
+  const S& section() const {
+    const auto it = family_sections_.find(S::kSection);
+    if (it == family_sections_.end()) {
+      static const S kDefaults{};
+      return kDefaults;
+    }
+    return std::any_cast<const S&>(it->second);
+  }
+  template <typename S>
+  S& section() {
+    std::any& slot = family_sections_[S::kSection];
+    if (!slot.has_value()) slot = S{};
+    return std::any_cast<S&>(slot);
+  }
+
+ private:
+  std::map<std::string, std::any> family_sections_;  // section name -> its struct
 };
 
 // Loads `path` (TOML), applies overrides of the form "section.key=value" in order, validates, and
 // fills defaults. Throws UserError on any problem; the message starts with the location
-// ("FILE:LINE: ..." or "--set OVERRIDE: ...").
+// ("FILE:LINE: ..." or "--set OVERRIDE: ..."). The families' sections are known once their
+// FamilyInfos are registered (FamilyRegistry::add); a key the chosen model does not read (another
+// family's, or a framework key its family lists as unused) is refused by name.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Same from TOML text (for tests; `origin` names it in messages). run.name defaults to "run".
 Config parse_config(const std::string& toml_text, const std::string& origin,
                     const std::vector<std::string>& overrides = {});
 
-// The full resolved config (every key, defaults included) as TOML text that parse_config accepts
-// and that round-trips exactly (source_path excepted: it is written only as a comment).
+// A config stored in a snapshot (to_toml of its run), with `overrides` checked as usual. Written
+// by this or an earlier Tessera, whose to_toml wrote every key of every model in [model] and
+// [train]: a stored key the model does not read is dropped, and one the schema has since moved to
+// the family's section (same name) is read there.
+Config parse_stored_config(const std::string& toml_text, const std::string& origin,
+                           const std::vector<std::string>& overrides = {});
+
+// The resolved config as TOML text that parse_config accepts and that round-trips exactly
+// (source_path excepted: it is written only as a comment): every key the model reads, defaults
+// included, and no key it does not read.
 std::string to_toml(const Config& config);
 
 // Markdown reference of every key (section, key, type, default, allowed values, description).

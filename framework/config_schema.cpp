@@ -1,23 +1,23 @@
-// The config schema table (one entry per key) and the helpers that describe and check values.
-// To add a key: add the struct field in config.h and one key(...) entry below; docs follow.
+// The config schema: the framework's table (one entry per key), the families' sections added at
+// registration, and the helpers that describe and check values. To add a framework key: add the
+// struct field in config.h and one key(...) entry below; docs follow. A family's keys live in its
+// folder (models/<family>/*_config.cpp).
 #include "framework/config_schema.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 namespace tessera::config_schema {
 namespace {
 
 // Room for the longest shortest-round-trip text of a double ("-2.2250738585072014e-308").
 constexpr size_t kDoubleTextBytes = 32;
-// Longest run of steps we accept: far beyond any real run, small enough to catch a typo'd exponent.
-constexpr double kMaxTrainSteps = 1e9;
 // One day: a collective that has not finished by then is a hang, not a slow network.
 constexpr double kMaxCollectiveTimeoutS = 86400.0;
-// 2^26 rays: far beyond one node's memory per step; a typo guard, not a tuning limit.
-constexpr double kMaxRaysPerStep = 67108864.0;
 
 bool is_run_name_char(char ch) {
   return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
@@ -74,16 +74,15 @@ std::string escape_toml_string(const std::string& s) {
   return out + "\"";
 }
 
-}  // namespace
 
-const std::vector<std::string>& sections() {
+const std::vector<std::string>& framework_sections() {
   static const std::vector<std::string> kSections = {
       "run", "data", "model", "train", "sampling", "checkpoint", "snapshot", "eval", "distributed"};
   return kSections;
 }
 
-const std::vector<KeySpec>& schema() {
-  static const std::vector<KeySpec> kSchema = {
+const std::vector<KeySpec>& framework_keys() {
+  static const std::vector<KeySpec> kKeys = {
       key("run", "name", [](auto& c) -> auto& { return c.run.name; })
           .defaults_by("the config file's stem (`run` when there is no file)",
                        [](const Config&, const DefaultContext& ctx) {
@@ -109,99 +108,21 @@ const std::vector<KeySpec>& schema() {
           .doc("Path to a tessera-scene HDF5 dataset; empty means none."),
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
           .defaults_to("nerf-hash")
-          .doc("Model family to train (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md) or `gaussians` (3DGS, docs/gaussians.md)."),
-      key("model", "hash_levels", [](auto& c) -> auto& { return c.model.hash_levels; })
-          .defaults_to(12).range(1, 32)
-          .doc("`nerf-hash`: levels L of the multiresolution hash grid (instant-ngp: 16)."),
-      key("model", "hash_log2_size", [](auto& c) -> auto& { return c.model.hash_log2_size; })
-          .defaults_to(15).range(10, 24)
-          .doc("`nerf-hash`: log2 of the rows T per level (instant-ngp: 19); the table holds L * T * 2 parameters."),
-      key("model", "hash_max_resolution", [](auto& c) -> auto& { return c.model.hash_max_resolution; })
-          .defaults_to(256).range(16, 1 << 16)
-          .doc("`nerf-hash`: the finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene); about 2x the image side resolves what the images show (instant-ngp: 2048)."),
-      key("model", "march_steps", [](auto& c) -> auto& { return c.model.march_steps; })
-          .defaults_to(256).range(16, 4096)
-          .doc("`nerf-hash`: ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube)."),
-      key("model", "distortion_weight", [](auto& c) -> auto& { return c.model.distortion_weight; })
-          .defaults_to(0.0).range(0.0, 1.0)
-          .doc("`nerf-hash`: weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface, which removes the fog and floaters a real capture otherwise grows (nerfacto: 0.002); 0 = off."),
-      key("model", "views_per_step", [](auto& c) -> auto& { return c.model.views_per_step; })
-          .defaults_to(1).range(1, 4096)
-          .doc("`gaussians`: training views per step (the view batch); learning rates scale with its square root."),
-      key("model", "resolution_scale", [](auto& c) -> auto& { return c.model.resolution_scale; })
-          .defaults_to(1.0).range(1, 64)
-          .doc("`gaussians`: render and compare at width/scale x height/scale."),
-      key("model", "num_downscales", [](auto& c) -> auto& { return c.model.num_downscales; })
-          .defaults_to(0).range(0, 8)
-          .doc("`gaussians`: coarse to fine: train at resolution_scale x 2^n at first, halving the downscale every resolution_schedule steps (0 = full resolution throughout)."),
-      key("model", "resolution_schedule", [](auto& c) -> auto& { return c.model.resolution_schedule; })
-          .defaults_to(3000).range(1, kMaxTrainSteps)
-          .doc("`gaussians`: steps between halvings of the coarse-to-fine downscale."),
-      key("model", "views_per_pass", [](auto& c) -> auto& { return c.model.views_per_pass; })
-          .defaults_to(0).range(0, 4096)
-          .doc("`gaussians`: views of a batch rendered and backpropagated together, their gradients accumulated; 0 = as many as [checkpoint] budget_mib allows per rank when policy = \"budget\", else the whole batch."),
-      key("model", "init_ply", [](auto& c) -> auto& { return c.model.init_ply; })
-          .defaults_to("")
-          .doc("`gaussians`: start from this INRIA-layout .ply (e.g. `tessera export`) instead of the dataset's points."),
-      key("model", "random_count", [](auto& c) -> auto& { return c.model.random_count; })
-          .defaults_to(100000).range(1, int64_t{1} << 31)
-          .doc("`gaussians`: Gaussians drawn at random when the dataset has no points (no SfM points, no `init_ply`): in the scene bounds, and half of them out to the scene extent for an unbounded capture (docs/gaussians.md)."),
-      key("model", "densify_from", [](auto& c) -> auto& { return c.model.densify_from; })
-          .defaults_to(500).at_least(0)
-          .doc("`gaussians`: densify after this step ..."),
-      key("model", "densify_until", [](auto& c) -> auto& { return c.model.densify_until; })
-          .defaults_to(15000).at_least(0)
-          .doc("`gaussians`: ... and before this step ..."),
-      key("model", "densify_every", [](auto& c) -> auto& { return c.model.densify_every; })
-          .defaults_to(100).range(1, kMaxTrainSteps)
-          .doc("`gaussians`: ... every this many steps (clone, split, prune)."),
-      key("model", "densify_grad_threshold", [](auto& c) -> auto& { return c.model.densify_grad_threshold; })
-          .defaults_to(2e-4).range_open_low(0, 1)
-          .doc("`gaussians`: mean screen-space gradient norm (NDC units) above which a Gaussian is cloned or split."),
-      key("model", "opacity_reset_every", [](auto& c) -> auto& { return c.model.opacity_reset_every; })
-          .defaults_to(3000).range(1, kMaxTrainSteps)
-          .doc("`gaussians`: opacity reset cadence (while densifying)."),
-      key("model", "sh_degree_interval", [](auto& c) -> auto& { return c.model.sh_degree_interval; })
-          .defaults_to(1000).range(1, kMaxTrainSteps)
-          .doc("`gaussians`: the spherical-harmonics degree rises by one every this many steps, up to 3."),
+          .doc("Model to train, by its family's name (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md) or `gaussians` (3DGS, docs/gaussians.md). Its keys are in its family's section below; a key the model does not read is refused."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
-          .defaults_to(30000).range(1, kMaxTrainSteps)
+          .defaults_to(30000).range(1, kMaxSteps)
           .doc("Optimizer steps."),
-      key("train", "rays_per_step", [](auto& c) -> auto& { return c.train.rays_per_step; })
-          .defaults_to(4096).range(1, kMaxRaysPerStep)
-          .doc("Global batch of rays per step, split evenly across ranks."),
-      key("train", "micro_batches", [](auto& c) -> auto& { return c.train.micro_batches; })
-          .defaults_to(1).range(1, 4096)
-          .doc("Gradient accumulation: micro-batches per step on each rank (same result as one batch)."),
-      key("train", "lr", [](auto& c) -> auto& { return c.train.lr; })
-          .defaults_to(1e-2).range_open_low(0, 10)
-          .doc("Peak learning rate (Adam)."),
-      key("train", "lr_schedule", [](auto& c) -> auto& { return c.train.lr_schedule; })
-          .defaults_to("exponential").one_of({"constant", "exponential", "cosine"})
-          .doc("Learning-rate schedule from `train.lr` to `train.final_lr` (docs/training.md)."),
-      key("train", "final_lr", [](auto& c) -> auto& { return c.train.final_lr; })
-          .defaults_to(1e-4).range_open_low(0, 10)
-          .doc("Learning rate at the last step (exponential and cosine schedules)."),
-      key("train", "warmup_steps", [](auto& c) -> auto& { return c.train.warmup_steps; })
-          .defaults_to(0).at_least(0)
-          .doc("Steps of linear learning-rate warm-up."),
       key("train", "precision", [](auto& c) -> auto& { return c.train.precision; })
           .defaults_to("fp32").one_of({"fp32", "bf16", "fp16"})
           .doc("Arithmetic of the forward: bf16 autocast (CUDA and CPU), or fp16 autocast with a dynamic loss scaler (CUDA only). Compositing, the 3DGS kernels and the 3DGS loss stay float32."),
       key("train", "log_every", [](auto& c) -> auto& { return c.train.log_every; })
-          .defaults_to(50).range(1, kMaxTrainSteps)
+          .defaults_to(50).range(1, kMaxSteps)
           .doc("Steps between progress lines and metrics.jsonl records."),
-      key("train", "adam_eps", [](auto& c) -> auto& { return c.train.adam_eps; })
-          .defaults_to(1e-15).range(0, 1)
-          .doc("Adam's epsilon (instant-ngp uses 1e-15; larger values damp the steps of weights with tiny gradients)."),
       key("train", "max_skipped_steps", [](auto& c) -> auto& { return c.train.max_skipped_steps; })
-          .defaults_to(100).range(1, kMaxTrainSteps)
+          .defaults_to(100).range(1, kMaxSteps)
           .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
-      key("train", "background", [](auto& c) -> auto& { return c.train.background; })
-          .defaults_to("random").one_of({"random", "dataset"})
-          .doc("NeRF: `random` renders each training ray over its own random color. With alpha the target is composited over the same color (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; unbounded datasets without alpha (real captures) keep the photo as target, so the model learns that every ray ends on something opaque instead of fitting a fog over the background (instant-ngp). `dataset` uses the dataset's background. No effect on bounded datasets without alpha; eval always uses the dataset's background."),
       key("train", "check_learning_after", [](auto& c) -> auto& { return c.train.check_learning_after; })
-          .defaults_to(300).range(0, kMaxTrainSteps)
+          .defaults_to(300).range(0, kMaxSteps)
           .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
@@ -213,14 +134,14 @@ const std::vector<KeySpec>& schema() {
           .defaults_to(1.0).range_open_low(0, 1)
           .doc("Lowest sampling rate (reached at the last step by linear and cosine)."),
       key("sampling", "step_every", [](auto& c) -> auto& { return c.sampling.step_every; })
-          .defaults_to(1000).range(1, kMaxTrainSteps)
+          .defaults_to(1000).range(1, kMaxSteps)
           .doc("Step schedule: steps between rate reductions."),
       key("sampling", "step_factor", [](auto& c) -> auto& { return c.sampling.step_factor; })
           .defaults_to(0.5).range_open_low(0, 1)
           .doc("Step schedule: factor applied to the rate at each reduction."),
       key("sampling", "rescale_lr", [](auto& c) -> auto& { return c.sampling.rescale_lr; })
           .defaults_to(false)
-          .doc("Scale the learning rate with the sampling rate (docs/training.md); NeRF only (a `gaussians` step always renders views_per_step views)."),
+          .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
       key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
           .defaults_to("none").one_of({"none", "segments", "budget"})
           .doc("Activation checkpointing per rank (docs/checkpointing.md)."),
@@ -232,9 +153,9 @@ const std::vector<KeySpec>& schema() {
           .doc("`segments` policy: recompute every N-th segment (0 = off)."),
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
           .defaults_to(0.0).at_least(0)
-          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`gaussians`: the most views per pass that fit)."),
+          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
       key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
-          .defaults_to(1000).range(0, kMaxTrainSteps)
+          .defaults_to(1000).range(0, kMaxSteps)
           .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),
       key("snapshot", "keep", [](auto& c) -> auto& { return c.snapshot.keep; })
           .defaults_to(3).range(0, 1000000)
@@ -272,8 +193,109 @@ const std::vector<KeySpec>& schema() {
           .defaults_to(25.0).range_open_low(0, 4096)
           .doc("Gradient sync: size of the later buckets."),
   };
-  return kSchema;
+  return kKeys;
 }
+
+// The whole schema: the framework's sections and keys, then each family's as registered.
+struct Schema {
+  std::vector<std::string> sections = framework_sections();
+  std::vector<KeySpec> keys = framework_keys();
+  std::vector<SectionSpec> family_sections;
+  std::vector<std::pair<std::string, std::vector<std::string>>> models;  // model, unused keys
+};
+
+Schema& the_schema() {
+  static Schema schema;
+  return schema;
+}
+
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& sections() { return the_schema().sections; }
+const std::vector<KeySpec>& schema() { return the_schema().keys; }
+
+const SectionSpec* family_section(const std::string& name) {
+  for (const SectionSpec& section : the_schema().family_sections)
+    if (section.name == name) return &section;
+  return nullptr;
+}
+
+void add_section(SectionSpec section) {
+  Schema& schema = the_schema();
+  if (contains(framework_sections(), section.name))
+    throw std::logic_error("config section [" + section.name + "] belongs to the framework");
+  if (const SectionSpec* known = family_section(section.name)) {
+    bool same = known->models == section.models && known->keys.size() == section.keys.size();
+    for (size_t i = 0; same && i < section.keys.size(); ++i)
+      same = known->keys[i].name == section.keys[i].name;
+    if (!same)
+      throw std::logic_error("config section [" + section.name + "] registered twice, differently");
+    return;
+  }
+  for (KeySpec& spec : section.keys) {
+    if (spec.section != section.name)
+      throw std::logic_error("key '" + spec.dotted() + "' listed in section [" + section.name + "]");
+    if (!spec.fixed_default) throw std::logic_error("key '" + spec.dotted() + "' has no default");
+    for (const std::string& model : spec.models)
+      if (!contains(section.models, model))
+        throw std::logic_error("key '" + spec.dotted() + "' is for model '" + model +
+                               "', which does not read [" + section.name + "]");
+    schema.keys.push_back(spec);
+  }
+  schema.sections.push_back(section.name);
+  schema.family_sections.push_back(std::move(section));
+}
+
+void add_model(const std::string& model, std::vector<std::string> unused) {
+  for (const std::string& dotted : unused) {
+    bool known = false;
+    for (const KeySpec& spec : framework_keys()) known = known || spec.dotted() == dotted;
+    if (!known) throw std::logic_error("model '" + model + "' lists '" + dotted +
+                                       "' as unused, which is not a framework key");
+  }
+  for (auto& [name, keys] : the_schema().models) {
+    if (name == model) {
+      keys = std::move(unused);
+      return;
+    }
+  }
+  the_schema().models.emplace_back(model, std::move(unused));
+}
+
+std::vector<std::string> models() {
+  std::vector<std::string> out;
+  for (const auto& entry : the_schema().models) out.push_back(entry.first);
+  return out;
+}
+
+bool reads(const std::string& model, const KeySpec& spec) {
+  if (const SectionSpec* section = family_section(spec.section)) {
+    return contains(section->models, model) && (spec.models.empty() || contains(spec.models, model));
+  }
+  for (const auto& [name, unused] : the_schema().models)
+    if (name == model) return !contains(unused, spec.dotted());
+  return true;
+}
+
+std::string readers_of(const KeySpec& spec) {
+  if (const SectionSpec* section = family_section(spec.section))
+    return join_names(spec.models.empty() ? section->models : spec.models);
+  std::vector<std::string> readers;
+  for (const std::string& model : models())
+    if (reads(model, spec)) readers.push_back(model);
+  return readers.size() == models().size() ? "" : join_names(readers);
+}
+
 
 std::string kind_name(ValueKind kind) {
   switch (kind) {
@@ -350,6 +372,11 @@ std::string config_reference_markdown() {
   std::ostringstream md;
   for (const std::string& section : cs::sections()) {
     md << "## [" << section << "]\n\n";
+    if (const cs::SectionSpec* family = cs::family_section(section)) {
+      std::string models;
+      for (const auto& model : family->models) models += (models.empty() ? "`" : "`, `") + model;
+      md << "Read by " << models << "`. " << family->doc << "\n\n";
+    }
     bool any = false;
     for (const cs::KeySpec& spec : cs::schema()) {
       if (spec.section != section) continue;
@@ -369,8 +396,12 @@ std::string config_reference_markdown() {
       } else if (spec.min || spec.max || spec.kind == cs::ValueKind::kBool) {
         allowed = "`" + allowed + "`";
       }
+      // Who reads a key, where not every model that reads its section does.
+      std::string readers;
+      if (cs::family_section(section) ? !spec.models.empty() : !cs::readers_of(spec).empty())
+        readers = " Read by: " + cs::readers_of(spec) + ".";
       md << "| `" << spec.dotted() << "` | " << cs::kind_name(spec.kind) << " | " << def << " | "
-         << allowed << " | " << spec.description << " |\n";
+         << allowed << " | " << spec.description << readers << " |\n";
     }
     if (!any) md << "No keys yet: the section may be present, but empty.\n";
     md << "\n";

@@ -1,7 +1,11 @@
-// Internal schema of the config: one KeySpec per key, from which loading, validation, to_toml
-// and the reference doc are all driven. Only framework/config*.cpp include this header.
+// The schema of the config: one KeySpec per key, from which loading, validation, to_toml and the
+// reference doc are all driven. The framework's sections are written in framework/config_schema.cpp;
+// a model family declares its own section (its keys, bound to the fields of its options struct,
+// whose member initializers are the defaults) and the framework keys it does not read, in its
+// FamilyInfo (framework/family.h); docs/config.md explains the rules.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,6 +20,10 @@
 namespace tessera::config_schema {
 
 enum class ValueKind { kString, kInteger, kFloat, kBool };
+
+// Longest run of steps a key accepts: far beyond any real run, small enough to catch a typo'd
+// exponent (train.steps and the families' step counts).
+constexpr double kMaxSteps = 1e9;
 
 // A key's value once it has been checked against its kind.
 using Value = std::variant<std::string, int64_t, double, bool>;
@@ -44,6 +52,9 @@ struct KeySpec {
   std::vector<std::string> choices;                   // allowed strings, if any
   std::function<std::string(const Value&)> rule;      // extra check: "" if ok, else the problem
   std::string rule_doc;                               // the rule, for the reference
+
+  // The models that read this key (model.name values); empty: every model that reads its section.
+  std::vector<std::string> models;
 
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
@@ -80,21 +91,50 @@ struct KeySpec {
     rule_doc = std::move(how); rule = std::move(fn); return std::move(*this);
   }
   KeySpec&& doc(std::string text) && { description = std::move(text); return std::move(*this); }
+  KeySpec&& only_for(std::vector<std::string> names) && {
+    models = std::move(names); return std::move(*this);
+  }
 };
 
 template <typename T>
 constexpr ValueKind kind_of() {
   if constexpr (std::is_same_v<T, bool>) return ValueKind::kBool;
-  else if constexpr (std::is_same_v<T, int64_t>) return ValueKind::kInteger;
-  else if constexpr (std::is_same_v<T, double>) return ValueKind::kFloat;
+  else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int>) return ValueKind::kInteger;
+  else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) return ValueKind::kFloat;
   else {
-    static_assert(std::is_same_v<T, std::string>, "config fields are string/int64/double/bool");
+    static_assert(std::is_same_v<T, std::string>,
+                  "config fields are string, int64_t, int, double, float or bool");
     return ValueKind::kString;
   }
 }
 
-// Starts a KeySpec. `field` is a generic lambda returning a reference to the struct member, so
-// that one lambda serves both reading (const Config&) and storing (Config&).
+// A field's value as a Value: int widens to int64_t; a float becomes the double of its shortest
+// text (1e-4f reads as 0.0001, not 9.99999974737875e-05), which narrows back to the same float.
+template <typename T>
+Value to_value(const T& v) {
+  if constexpr (std::is_same_v<T, int>) {
+    return Value(static_cast<int64_t>(v));
+  } else if constexpr (std::is_same_v<T, float>) {
+    char buf[32];
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    double wide = 0;
+    std::from_chars(buf, end, wide);
+    return Value(wide);
+  } else {
+    return Value(v);
+  }
+}
+
+// Stores a checked Value into a field (ranges keep an int's or a float's value in range).
+template <typename T>
+void from_value(T& field, const Value& v) {
+  if constexpr (std::is_same_v<T, int>) field = static_cast<int>(std::get<int64_t>(v));
+  else if constexpr (std::is_same_v<T, float>) field = static_cast<float>(std::get<double>(v));
+  else field = std::get<T>(v);
+}
+
+// Starts a KeySpec of a framework key. `field` is a generic lambda returning a reference to the
+// Config member, so that one lambda serves both reading (const Config&) and storing (Config&).
 template <typename Field>
 KeySpec key(std::string section, std::string name, Field field) {
   using T = std::decay_t<decltype(field(std::declval<Config&>()))>;
@@ -102,15 +142,58 @@ KeySpec key(std::string section, std::string name, Field field) {
   spec.section = std::move(section);
   spec.name = std::move(name);
   spec.kind = kind_of<T>();
-  spec.get = [field](const Config& c) { return Value(field(c)); };
-  spec.set = [field](Config& c, const Value& v) { field(c) = std::get<T>(v); };
+  spec.get = [field](const Config& c) { return to_value(field(c)); };
+  spec.set = [field](Config& c, const Value& v) { from_value(field(c), v); };
   return spec;
 }
 
-// Every section, in the order of docs/config.md (sections without keys included).
+// Starts a KeySpec of a family section: `field` returns a reference to a member of the family's
+// section struct S (Config::section<S>()), and the key's default is that member's initializer,
+// so a family writes each default once, in S.
+template <typename S, typename Field>
+KeySpec section_key(std::string name, Field field) {
+  using T = std::decay_t<decltype(field(std::declval<S&>()))>;
+  KeySpec spec;
+  spec.section = S::kSection;
+  spec.name = std::move(name);
+  spec.kind = kind_of<T>();
+  const S defaults{};
+  spec.fixed_default = to_value(field(defaults));
+  spec.get = [field](const Config& c) { return to_value(field(c.section<S>())); };
+  spec.set = [field](Config& c, const Value& v) { from_value(field(c.section<S>()), v); };
+  return spec;
+}
+
+// A family's config section: [name], read by `models`, every key bound to the section struct.
+struct SectionSpec {
+  std::string name;
+  std::vector<std::string> models;  // the model.name values that read it
+  std::string doc;                  // one paragraph for the reference (docs/config.md)
+  std::vector<KeySpec> keys;
+};
+
+// Adds a family's section to the schema (FamilyRegistry::add does, for each FamilyInfo). The
+// same section again (several models of one family) is ignored; a different one of the same
+// name, or a name of a framework section, is a std::logic_error.
+void add_section(SectionSpec section);
+// Records that `model` does not read the framework keys `unused` (dotted names): a config that
+// sets one of them for this model is refused. Called by FamilyRegistry::add.
+void add_model(const std::string& model, std::vector<std::string> unused);
+// Whether `model` reads `spec`; a model no family registered reads every framework key.
+bool reads(const std::string& model, const KeySpec& spec);
+// Models registered with add_model, in registration order.
+std::vector<std::string> models();
+// The models that read `spec`, for messages and the reference ("" when all do).
+std::string readers_of(const KeySpec& spec);
+
+// Every section, in the order of docs/config.md (sections without keys included): the
+// framework's, then the families' in registration order.
 const std::vector<std::string>& sections();
-// Every key, in resolution order: a computed default may read keys listed before it.
+// Every key, in resolution order: a computed default may read keys listed before it. Family
+// keys follow the framework's.
 const std::vector<KeySpec>& schema();
+// The family section `name`, or nullptr for a framework section.
+const SectionSpec* family_section(const std::string& name);
 
 // Helpers shared by the loader and the reference.
 std::string kind_name(ValueKind kind);       // "integer", "float", ...

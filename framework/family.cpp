@@ -9,6 +9,9 @@ namespace tessera {
 void FamilyRegistry::add(FamilyInfo info) {
   if (contains(info.name)) throw std::logic_error("model family '" + info.name + "' registered twice");
   if (!info.create) throw std::logic_error("model family '" + info.name + "' has no factory");
+  for (const config_schema::SectionSpec& section : info.config_sections)
+    config_schema::add_section(section);
+  config_schema::add_model(info.name, info.unused_keys);
   families_.push_back(std::move(info));
 }
 

@@ -15,6 +15,7 @@
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
 #include "framework/config.h"
+#include "framework/config_schema.h"
 #include "framework/data/scene.h"
 
 namespace tessera {
@@ -136,6 +137,12 @@ struct FamilyInfo {
   // the config overrides that start the family from `path` (at least model.name), or nothing
   // when the family does not read such a file. May be empty.
   std::function<std::vector<std::string>(const std::string& path)> import_overrides;
+  // The family's config sections (usually one, [<family>], bound to its options struct; the
+  // models of one family share it) and the framework keys this model does not read (dotted
+  // names). FamilyRegistry::add adds both to the config schema, so that configs are parsed,
+  // refused and documented with them (docs/config.md).
+  std::vector<config_schema::SectionSpec> config_sections;
+  std::vector<std::string> unused_keys;
 };
 
 // Families by name. An unknown name throws UserError listing the known ones.

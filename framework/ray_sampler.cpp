@@ -78,7 +78,7 @@ RaySampler::RaySampler(const data::SceneReader& scene, RaySamplerOptions options
                        std::function<double(int64_t)> rate_at)
     : options_(options), rate_at_(std::move(rate_at)) {
   if (options_.rays_per_step <= 0)
-    throw UserError("train.rays_per_step must be > 0 (got " +
+    throw UserError("nerf.rays_per_step must be > 0 (got " +
                     std::to_string(options_.rays_per_step) + ")");
   train_ = scene.indices(data::Split::Train);
   if (train_.empty())

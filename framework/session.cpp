@@ -149,7 +149,8 @@ Session restore_session(const std::string& snapshot, const std::vector<std::stri
     // The reader checks the format here; loading verifies every checksum as it reads.
     const SnapshotReader reader(snapshot);
     step = reader.meta().step;
-    session.config = parse_config(reader.meta().config_toml, snapshot + " (stored config)", overrides);
+    session.config =
+        parse_stored_config(reader.meta().config_toml, snapshot + " (stored config)", overrides);
   }
   const Config& config = session.config;
   if (config.data.path.empty() || !std::filesystem::exists(config.data.path))

@@ -37,11 +37,11 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
     : context_(context), comm_(comm), model_(model), scene_(scene), options_(std::move(options)),
       device_(device_of(model, comm)), lr_(options_.lr), sampling_(options_.sampling) {
   check_run_options(options_, device_);
-  if (options_.micro_batches < 1) throw UserError("train.micro_batches must be >= 1");
+  if (options_.micro_batches < 1) throw UserError("nerf.micro_batches must be >= 1");
   const int64_t per_rank = options_.rays_per_step / comm_.size();
   if (per_rank < options_.micro_batches)
-    throw UserError("train.rays_per_step (" + std::to_string(options_.rays_per_step) +
-                    ") gives fewer rays per rank than train.micro_batches (" +
+    throw UserError("nerf.rays_per_step (" + std::to_string(options_.rays_per_step) +
+                    ") gives fewer rays per rank than nerf.micro_batches (" +
                     std::to_string(options_.micro_batches) + "); raise rays_per_step");
   if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
 
@@ -163,7 +163,7 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
 }
 
 std::string Trainer::not_learning_causes() const {
-  return "(4) learning rate: train.lr too high (loss stuck) or too low; "
+  return "(4) learning rate: nerf.lr too high (loss stuck) or too low; "
          "(5) lens distortion or images at another size than the cameras "
          "(`tessera convert --images-scaled`).";
 }

@@ -148,7 +148,7 @@ void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
   sub->add_option("--set", o.overrides,
                   "Override a config key: of the snapshot's stored config (e.g. --set "
                   "data.path=FILE when the dataset moved), or with --ply of the model's default "
-                  "config (e.g. --set model.resolution_scale=2). Repeatable")
+                  "config (e.g. --set gaussians.resolution_scale=2). Repeatable")
       ->type_name("KEY=VALUE");
   sub->add_option("--max-views", o.max_views, "Use at most this many views (default: all)")
       ->check(CLI::NonNegativeNumber);

@@ -26,13 +26,13 @@ struct TrainOptions {
 int run_train(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (!options.log_level.empty()) overrides.push_back("run.log_level=" + options.log_level);
+  FamilyRegistry families;  // before the config: the families' sections are part of its schema
+  models::register_builtin_families(families);
   const Config config = load_config(options.config_path, overrides);
   if (options.print_config) {
     if (launcher_rank() == 0) std::cout << to_toml(config) << std::flush;
     return kExitOk;
   }
-  FamilyRegistry families;
-  models::register_builtin_families(families);
   TrainRequest request;
   request.config_path = options.config_path;
   request.resume = options.resume;
@@ -69,7 +69,7 @@ Command add_train_command(CLI::App& app) {
       ->type_name("STEP")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   sub->add_flag("--print-config", options->print_config,
-                "Print the resolved config (every key, defaults filled in) as TOML and exit");
+                "Print the resolved config (every key the model reads, defaults filled in) as TOML and exit");
   return {sub, [options] { return run_train(*options); }};
 }
 
@@ -77,6 +77,8 @@ Command add_config_reference_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "config-reference", "Print the reference of every config key as Markdown (docs/config.md)");
   return {sub, [] {
+            FamilyRegistry families;  // their sections are part of the reference
+            models::register_builtin_families(families);
             std::cout << config_reference_markdown();
             return kExitOk;
           }};

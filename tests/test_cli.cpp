@@ -294,7 +294,7 @@ TEST_F(CliTest, PrintConfigIsTomlThatRoundTrips) {
   const CommandResult first = tessera({"train", demo_config_, "--print-config"});
   ASSERT_EQ(first.exit_code, 0) << describe(first);
   EXPECT_TRUE(contains(first.out, "name = \"demo_nerf\"")) << describe(first);
-  for (const char* section : {"[run]", "[data]", "[model]", "[train]", "[distributed]"})
+  for (const char* section : {"[run]", "[data]", "[model]", "[train]", "[nerf]", "[distributed]"})
     EXPECT_TRUE(contains(first.out, std::string("\n") + section + "\n")) << section << "\n"
                                                                           << describe(first);
   EXPECT_TRUE(contains(first.out, "\nsteps = 800\n")) << describe(first);
@@ -401,6 +401,29 @@ TEST_F(CliTest, TypoInSetNamesOverride) {
   EXPECT_TRUE(r.out.empty()) << describe(r);
 }
 
+// A key the model does not read (another family's) is refused before anything runs.
+TEST_F(CliTest, AGaussiansConfigWithANerfKeyExitsTwoNamingIt) {
+  const std::string config = (fs::path(source_dir_) / "configs" / "demo_gaussians.toml").string();
+  const CommandResult r =
+      tessera({"train", config, "--set", "nerf.rays_per_step=512", "--print-config"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--set nerf.rays_per_step=512: key 'nerf.rays_per_step' is not read "
+                              "by model 'gaussians'")) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  const std::string file = temp_file("mixed.toml", "[model]\nname = \"gaussians\"\n\n"
+                                                   "[nerf]\nlr = 0.02\n");
+  const CommandResult in_file = tessera({"train", file, "--print-config"});
+  EXPECT_EQ(in_file.exit_code, 2) << describe(in_file);
+  EXPECT_TRUE(contains(in_file.err, file + ":5: key 'nerf.lr' is not read by model 'gaussians'"))
+      << describe(in_file);
+  // The same config prints only the keys a gaussians run reads.
+  const CommandResult ok = tessera({"train", config, "--print-config"});
+  ASSERT_EQ(ok.exit_code, 0) << describe(ok);
+  EXPECT_TRUE(contains(ok.out, "\n[gaussians]\n")) << describe(ok);
+  EXPECT_FALSE(contains(ok.out, "[nerf]")) << describe(ok);
+  EXPECT_FALSE(contains(ok.out, "bucket_mib")) << describe(ok);
+}
+
 TEST_F(CliTest, BadValueInSetNamesOverride) {
   const CommandResult r = tessera({"train", demo_config_, "--set", "train.steps=many", "--print-config"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
@@ -445,7 +468,7 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   const std::string out_dir = temp_path("run");
   const CommandResult r = mpi_tessera(
       2, {"train", demo_config_, "--set", "data.path=" + scene, "--set", "run.out_dir=" + out_dir,
-          "--set", "train.steps=6", "--set", "train.rays_per_step=256", "--set",
+          "--set", "train.steps=6", "--set", "nerf.rays_per_step=256", "--set",
           "train.log_every=3", "--set", "eval.max_views=1"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "step 6/6 loss ")) << "progress line:\n" << describe(r);

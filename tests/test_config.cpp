@@ -1,5 +1,6 @@
 // Tests of the typed config: defaults, parsing, round trip, every error message, --set overrides,
-// and that docs/config.md matches the generated key reference.
+// the families' sections (defaults from their structs, keys a model does not read refused, stored
+// configs of earlier versions), and that docs/config.md matches the generated key reference.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,9 +13,28 @@
 
 #include "distributed/errors.h"
 #include "framework/config.h"
+#include "framework/family.h"
+#include "models/builtin.h"
+#include "models/gaussians/gaussian_family.h"
+#include "models/nerf/nerf_config.h"
+#include "models/nerf/nerf_family.h"
 
 namespace tessera {
 namespace {
+
+using models::gaussians::GaussianTrainerOptions;
+using models::nerf::NerfConfig;
+
+// The built-in families, registered before any test: their sections are part of the schema.
+const FamilyRegistry& families() {
+  static const FamilyRegistry registry = [] {
+    FamilyRegistry r;
+    models::register_builtin_families(r);
+    return r;
+  }();
+  return registry;
+}
+const bool kFamiliesRegistered = (families(), true);
 
 const char* const kBeginMarker = "<!-- BEGIN GENERATED -->\n";
 const char* const kEndMarker = "<!-- END GENERATED -->";
@@ -57,12 +77,6 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.distributed.check_agreement, b.distributed.check_agreement);
   EXPECT_EQ(a.distributed.first_bucket_mib, b.distributed.first_bucket_mib);
   EXPECT_EQ(a.distributed.bucket_mib, b.distributed.bucket_mib);
-  EXPECT_EQ(a.train.rays_per_step, b.train.rays_per_step);
-  EXPECT_EQ(a.train.micro_batches, b.train.micro_batches);
-  EXPECT_EQ(a.train.lr, b.train.lr);
-  EXPECT_EQ(a.train.lr_schedule, b.train.lr_schedule);
-  EXPECT_EQ(a.train.final_lr, b.train.final_lr);
-  EXPECT_EQ(a.train.warmup_steps, b.train.warmup_steps);
   EXPECT_EQ(a.train.precision, b.train.precision);
   EXPECT_EQ(a.train.log_every, b.train.log_every);
   EXPECT_EQ(a.sampling.schedule, b.sampling.schedule);
@@ -84,6 +98,11 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(to_toml(a_text), to_toml(b_text));
 }
 
+const GaussianTrainerOptions& gs_defaults() {
+  static const GaussianTrainerOptions kDefaults{};
+  return kDefaults;
+}
+
 const char* const kEveryKey = R"(
 [run]
 name = "exp-1.a_b"
@@ -99,6 +118,13 @@ name = "gaussians"
 
 [train]
 steps = 1234
+
+[gaussians]
+views_per_step = 3
+max_screen_radius = 12.5
+lr_means = 3e-4
+sh_degree = 2
+lr_sqrt_batch = false
 
 [distributed]
 backend = "nccl"
@@ -132,6 +158,13 @@ TEST(ConfigParse, EveryKeyIsRead) {
   EXPECT_EQ(c.data.path, "data/lego.h5");
   EXPECT_EQ(c.model.name, "gaussians");
   EXPECT_EQ(c.train.steps, 1234);
+  const auto& g = c.section<GaussianTrainerOptions>();
+  EXPECT_EQ(g.views_per_step, 3);
+  EXPECT_EQ(g.densify.max_screen_radius, 12.5);
+  EXPECT_EQ(g.rates.means_init, 3e-4);
+  EXPECT_EQ(g.max_sh_degree, 2);
+  EXPECT_FALSE(g.sqrt_batch_lr_scaling);
+  EXPECT_EQ(g.densify.densify_every, gs_defaults().densify.densify_every);  // untouched
   EXPECT_EQ(c.distributed.backend, "nccl");
   EXPECT_EQ(c.distributed.timeout_s, 12.5);
   EXPECT_EQ(c.distributed.threads, 8);
@@ -176,7 +209,7 @@ TEST(ConfigFile, DemoConfigLoads) {
   EXPECT_EQ(c.model.name, "nerf-hash");
   EXPECT_EQ(c.data.path, "runs/demo_scene.h5");
   EXPECT_EQ(c.train.steps, 800);
-  EXPECT_EQ(c.train.rays_per_step, 2048);
+  EXPECT_EQ(c.section<NerfConfig>().rays_per_step, 2048);
   EXPECT_EQ(c.eval.max_views, 2);
   EXPECT_EQ(c.source_path, path);
 }
@@ -227,7 +260,8 @@ TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheSectionsKeys) {
 
 TEST(ConfigErrors, UnknownSectionListsKnownSections) {
   const std::string known =
-      "known sections: run, data, model, train, sampling, checkpoint, snapshot, eval, distributed";
+      "known sections: run, data, model, train, sampling, checkpoint, snapshot, eval, distributed, "
+      "nerf, gaussians";
   EXPECT_EQ(parse_error("\n[trian]\nsteps = 1\n"),
             "cfg.toml:2: unknown section 'trian' (did you mean 'train'?); " + known);
   EXPECT_EQ(parse_error("[optimizer]\n"), "cfg.toml:1: unknown section 'optimizer'; " + known);
@@ -426,6 +460,172 @@ TEST(ConfigOutDir, DefaultFollowsRunName) {
             "o");
 }
 
+// ---- The families' sections ---------------------------------------------------------------------
+
+TEST(ConfigFamilies, DefaultsAreTheOptionStructsInitializers) {
+  const Config parsed = parse_config("", "text");
+  const Config in_code;  // a Config built in code holds no section: the struct's defaults
+  for (const Config* c : {&parsed, &in_code}) {
+    const NerfConfig& n = c->section<NerfConfig>();
+    EXPECT_EQ(n.hash.levels, models::nerf::NerfHashOptions{}.levels);
+    EXPECT_EQ(n.hash.finest_resolution, models::nerf::NerfHashOptions{}.finest_resolution);
+    EXPECT_EQ(n.mlp.width, models::nerf::NerfMlpOptions{}.width);
+    EXPECT_EQ(n.rays_per_step, 4096);
+    const auto& g = c->section<GaussianTrainerOptions>();
+    EXPECT_EQ(g.densify.max_screen_radius, 20.0);  // INRIA's
+    EXPECT_EQ(g.densify.percent_dense, 0.01);
+    EXPECT_EQ(g.rates.means_init, 1.6e-4);
+    EXPECT_EQ(g.sh_degree_interval, 1000);
+  }
+  // The reference prints the same defaults (a float key's shortest text).
+  const std::string md = config_reference_markdown();
+  EXPECT_NE(md.find("| `nerf.hash_levels` | integer | `12` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `gaussians.max_screen_radius` | float | `20.0` |"), std::string::npos);
+  EXPECT_NE(md.find("| `nerf.distortion_weight` | float | `0.0` |"), std::string::npos);
+}
+
+TEST(ConfigFamilies, EveryHyperparameterReachesTheFamilysOptions) {
+  const Config g = parse_config("[model]\nname = \"gaussians\"\n", "text",
+                                {"gaussians.lr_means=3.2e-4", "gaussians.lr_means_final=2e-6",
+                                 "gaussians.lr_scales=0.004", "gaussians.lr_opacities=0.025",
+                                 "gaussians.percent_dense=0.02", "gaussians.min_opacity=0.01",
+                                 "gaussians.max_screen_radius=30", "gaussians.ssim_weight=0.3",
+                                 "gaussians.densify_grad_threshold=3e-4", "run.seed=9"});
+  const GaussianTrainerOptions o = models::gaussians::gaussian_trainer_options(g);
+  EXPECT_EQ(o.rates.means_init, 3.2e-4);
+  EXPECT_EQ(o.rates.means_final, 2e-6);
+  EXPECT_EQ(o.rates.scales, 0.004);
+  EXPECT_EQ(o.rates.opacities, 0.025);
+  EXPECT_EQ(o.densify.percent_dense, 0.02);
+  EXPECT_EQ(o.densify.prune_opacity, 0.01);
+  EXPECT_EQ(o.densify.max_screen_radius, 30.0);
+  EXPECT_EQ(o.densify.grad_threshold, 3e-4);
+  EXPECT_EQ(o.ssim_weight, 0.3);
+  EXPECT_EQ(o.densify.seed, 9u);  // from [run], not the section
+  EXPECT_EQ(o.steps, 30000);
+
+  const Config n = parse_config("[model]\nname = \"nerf-mlp\"\n[nerf]\nmlp_width = 64\n"
+                                "mlp_layers = 6\nmlp_skip_layer = 3\nrays_per_step = 1024\n"
+                                "lr = 5e-3\nbackground = \"dataset\"\n", "text");
+  EXPECT_EQ(n.section<NerfConfig>().mlp.width, 64);
+  EXPECT_EQ(n.section<NerfConfig>().mlp.layers, 6);
+  EXPECT_EQ(n.section<NerfConfig>().mlp.skip_layer, 3);
+  const TrainerOptions t = models::nerf::trainer_options(n);
+  EXPECT_EQ(t.rays_per_step, 1024);
+  EXPECT_EQ(t.lr.lr, 5e-3);
+  EXPECT_FALSE(t.random_background);
+}
+
+TEST(ConfigFamilies, AKeyTheModelDoesNotReadIsRefusedByName) {
+  // Another family's key, in the file and by --set.
+  EXPECT_EQ(parse_error("[model]\nname = \"gaussians\"\n[nerf]\nrays_per_step = 512\n"),
+            "cfg.toml:4: key 'nerf.rays_per_step' is not read by model 'gaussians' (only by "
+            "nerf-hash, nerf-mlp); remove it, or set model.name to a model that reads it");
+  EXPECT_EQ(parse_error("[model]\nname = \"gaussians\"\n", {"nerf.lr=0.1"}),
+            "--set nerf.lr=0.1: key 'nerf.lr' is not read by model 'gaussians' (only by "
+            "nerf-hash, nerf-mlp); remove it, or set model.name to a model that reads it");
+  EXPECT_EQ(parse_error("[gaussians]\nviews_per_step = 2\n"),  // model.name defaults to nerf-hash
+            "cfg.toml:2: key 'gaussians.views_per_step' is not read by model 'nerf-hash' (only by "
+            "gaussians); remove it, or set model.name to a model that reads it");
+  // One model's key in the shared section of its family.
+  EXPECT_EQ(parse_error("[nerf]\nmlp_width = 64\n"),
+            "cfg.toml:2: key 'nerf.mlp_width' is not read by model 'nerf-hash' (only by "
+            "nerf-mlp); remove it, or set model.name to a model that reads it");
+  // A framework key the family lists as unused.
+  EXPECT_EQ(parse_error("[model]\nname = \"gaussians\"\n[checkpoint]\nsegments = \"a\"\n"),
+            "cfg.toml:4: key 'checkpoint.segments' is not read by model 'gaussians' (only by "
+            "nerf-hash, nerf-mlp); remove it, or set model.name to a model that reads it");
+  // The model an override chooses decides.
+  EXPECT_NE(parse_error("[nerf]\nlr = 0.02\n", {"model.name=gaussians"})
+                .find("cfg.toml:2: key 'nerf.lr' is not read by model 'gaussians'"),
+            std::string::npos);
+  // An empty section of another family sets nothing.
+  EXPECT_EQ(parse_config("[model]\nname = \"gaussians\"\n[nerf]\n", "text").model.name,
+            "gaussians");
+}
+
+TEST(ConfigFamilies, ChecksAcrossKeysNameThem) {
+  const Config mlp = parse_config("[model]\nname = \"nerf-mlp\"\n[nerf]\nmlp_layers = 4\n"
+                                  "mlp_skip_layer = 4\n", "cfg.toml");
+  EXPECT_EQ(error_of([&] { families().get("nerf-mlp", "t").check_config(mlp); }),
+            "nerf.mlp_skip_layer (4) must be less than nerf.mlp_layers (4)");
+  const Config hash = parse_config("[nerf]\nhash_base_resolution = 64\nhash_max_resolution = 32\n",
+                                   "cfg.toml");
+  EXPECT_EQ(error_of([&] { families().get("nerf-hash", "t").check_config(hash); }),
+            "nerf.hash_max_resolution (32) must be at least nerf.hash_base_resolution (64)");
+  const Config segments = parse_config("[model]\nname = \"gaussians\"\n[checkpoint]\n"
+                                       "policy = \"segments\"\n", "cfg.toml");
+  EXPECT_NE(error_of([&] { families().get("gaussians", "t").check_config(segments); })
+                .find("checkpoint.policy = \"segments\" recomputes a NeRF model's segments"),
+            std::string::npos);
+}
+
+TEST(ConfigFamilies, ResolvedTomlHoldsOnlyWhatTheModelReadsAndRoundTrips) {
+  for (const char* model : {"nerf-hash", "nerf-mlp", "gaussians"}) {
+    std::vector<std::string> sets = {std::string("model.name=") + model};
+    if (std::string(model) == "gaussians") sets.push_back("gaussians.lr_quats=2e-3");
+    if (std::string(model) == "nerf-mlp") sets.push_back("nerf.mlp_samples_per_ray=32");
+    if (std::string(model) == "nerf-hash") sets.push_back("nerf.distortion_weight=0.002");
+    const Config c = parse_config("", "text", sets);
+    const std::string text = to_toml(c);
+    const bool gaussians = std::string(model) == "gaussians";
+    EXPECT_EQ(text.find("\n[nerf]\n") != std::string::npos, !gaussians) << text;
+    EXPECT_EQ(text.find("\n[gaussians]\n") != std::string::npos, gaussians) << text;
+    EXPECT_EQ(text.find("\nsegments = ") != std::string::npos, !gaussians) << text;
+    EXPECT_EQ(text.find("\nhash_levels = ") != std::string::npos, std::string(model) == "nerf-hash");
+    EXPECT_EQ(text.find("\nmlp_width = ") != std::string::npos, std::string(model) == "nerf-mlp");
+    const Config back = parse_config(text, "resolved");  // strict: every key written is read
+    expect_same(back, c);
+    if (gaussians) {
+      EXPECT_EQ(back.section<GaussianTrainerOptions>().rates.quats, 2e-3);
+    } else {
+      EXPECT_EQ(back.section<NerfConfig>().mlp.samples_per_ray, c.section<NerfConfig>().mlp.samples_per_ray);
+      EXPECT_EQ(back.section<NerfConfig>().hash.distortion_weight,
+                c.section<NerfConfig>().hash.distortion_weight);
+    }
+  }
+  // A float field keeps its value through the text (0.002f is not the double 0.002).
+  const Config hash = parse_config("[nerf]\ndistortion_weight = 0.002\n", "text");
+  EXPECT_EQ(hash.section<NerfConfig>().hash.distortion_weight, 0.002f);
+  EXPECT_NE(to_toml(hash).find("\ndistortion_weight = 0.002\n"), std::string::npos);
+}
+
+// Snapshots written before the families had sections store every key of every model in [model]
+// and [train]; such a stored config still restores its run (tessera eval/render/export/resume).
+TEST(ConfigFamilies, StoredConfigOfAnEarlierVersionRestores) {
+  const std::string nerf_run =
+      "[run]\nname = \"old\"\n[model]\nname = \"nerf-hash\"\nhash_levels = 13\n"
+      "march_steps = 300\nviews_per_step = 1\ndensify_from = 500\n"
+      "[train]\nsteps = 50\nrays_per_step = 1024\nlr = 0.005\nbackground = \"dataset\"\n"
+      "[checkpoint]\nsegments = \"\"\n";
+  const Config n = parse_stored_config(nerf_run, "old.h5 (stored config)");
+  EXPECT_EQ(n.section<NerfConfig>().hash.levels, 13);
+  EXPECT_EQ(n.section<NerfConfig>().hash.steps_per_diagonal, 300);
+  EXPECT_EQ(n.section<NerfConfig>().rays_per_step, 1024);
+  EXPECT_EQ(n.section<NerfConfig>().lr, 0.005);
+  EXPECT_EQ(n.section<NerfConfig>().background, "dataset");
+  EXPECT_EQ(n.train.steps, 50);
+  const std::string gaussians_run =
+      "[model]\nname = \"gaussians\"\nhash_levels = 12\ndensify_from = 7\nviews_per_step = 2\n"
+      "[train]\nsteps = 40\nrays_per_step = 4096\nlr = 0.01\nadam_eps = 1e-15\n"
+      "[checkpoint]\nsegments = \"\"\nevery = 0\n[distributed]\nbucket_mib = 25.0\n";
+  const Config g = parse_stored_config(gaussians_run, "old.h5 (stored config)");
+  EXPECT_EQ(g.section<GaussianTrainerOptions>().densify.densify_from, 7);
+  EXPECT_EQ(g.section<GaussianTrainerOptions>().views_per_step, 2);
+  EXPECT_EQ(g.section<GaussianTrainerOptions>().rates.adam_eps, 1e-15);
+  EXPECT_EQ(parse_config(to_toml(g), "resolved").section<GaussianTrainerOptions>().views_per_step, 2);
+  // The user's overrides on a stored config are checked as strictly as ever.
+  const std::string msg = error_of([&] {
+    parse_stored_config(gaussians_run, "old.h5 (stored config)", {"nerf.rays_per_step=8"});
+  });
+  EXPECT_NE(msg.find("--set nerf.rays_per_step=8: key 'nerf.rays_per_step' is not read by model "
+                     "'gaussians'"), std::string::npos) << msg;
+  // A plain parse of the same text refuses what it does not know.
+  EXPECT_NE(error_of([&] { parse_config(gaussians_run, "cfg.toml"); })
+                .find("cfg.toml:3: unknown key 'model.hash_levels' (did you mean 'nerf.hash_levels'?)"),
+            std::string::npos);
+}
+
 // docs/config.md embeds config_reference_markdown() between the GENERATED markers.
 // TESSERA_UPDATE_DOCS=1 rewrites that block instead of checking it.
 TEST(ConfigReference, DocsConfigMdIsInSync) {
@@ -454,7 +654,10 @@ TEST(ConfigReference, DocsConfigMdIsInSync) {
 
 TEST(ConfigReference, ListsEverySectionAndKey) {
   const std::string md = config_reference_markdown();
-  for (const char* needle : {"## [run]", "## [sampling]", "## [distributed]", "`run.name`",
+  for (const char* needle : {"## [run]", "## [sampling]", "## [distributed]", "## [nerf]",
+                             "## [gaussians]", "Read by `nerf-hash`, `nerf-mlp`.",
+                             "Read by: nerf-hash.", "Read by: nerf-mlp.",
+                             "`gaussians.lr_means`", "`gaussians.percent_dense`", "`run.name`",
                              "`train.steps`", "`distributed.check_agreement`", "`30000`",
                              "`[1, 1000000000]`", "`(0, 86400]`", "`auto`, `mpi`, `nccl`"}) {
     EXPECT_NE(md.find(needle), std::string::npos) << needle;

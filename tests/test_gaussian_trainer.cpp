@@ -20,6 +20,7 @@
 #include "framework/memory.h"
 #include "framework/config.h"
 #include "framework/run.h"
+#include "models/builtin.h"
 #include "models/gaussians/gaussian_family.h"
 #include "models/gaussians/gaussian_trainer.h"
 #include "models/gaussians/ply.h"
@@ -577,7 +578,9 @@ TEST_F(GaussianTrainerTest, StartsFromAPly) {
 
 // A config of the gaussians family on this suite's scene; no run directory.
 Config gaussian_run_config(const std::string& scene, int64_t steps) {
-  return parse_config("[model]\nname = \"gaussians\"\nviews_per_step = 2\n"
+  FamilyRegistry families;  // [gaussians] joins the config schema
+  models::register_builtin_families(families);
+  return parse_config("[model]\nname = \"gaussians\"\n[gaussians]\nviews_per_step = 2\n"
                       "[train]\nsteps = " + std::to_string(steps) + "\n"
                       "[data]\npath = \"" + scene + "\"\n[run]\nseed = 3\n",
                       "gaussian-run test");

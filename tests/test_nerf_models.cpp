@@ -14,6 +14,7 @@
 
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
+#include "framework/family.h"
 #include "framework/memory.h"
 #include "framework/model.h"
 #include "models/builtin.h"
@@ -25,6 +26,8 @@
 namespace {
 
 using tessera::Config;
+using tessera::FamilyRegistry;
+using tessera::parse_config;
 using tessera::Model;
 using tessera::ModelContext;
 using tessera::ModelRegistry;
@@ -417,6 +420,48 @@ TEST(DistortionLoss, MatchesThePairwiseDefinitionAndPrefersConcentratedWeight) {
   const auto spread = torch::full({8}, 0.9 / 8, torch::kFloat64);
   EXPECT_LT(nerf::distortion_loss(one, b8, e8, off8, idx8).item<double>(),
             nerf::distortion_loss(spread, b8, e8, off8, idx8).item<double>() / 4);
+}
+
+int64_t parameter_count(Model& model) {
+  int64_t n = 0;
+  for (const auto& p : all_params(model)) n += p.numel();
+  return n;
+}
+
+// The [nerf] section's sizes reach the models that registry.create builds from a config.
+TEST(NerfConfigSection, SizesFromTheConfigBuildTheModel) {
+  FamilyRegistry families;  // [nerf] joins the config schema
+  tessera::models::register_builtin_families(families);
+  ModelRegistry registry;
+  tessera::models::register_builtin_models(registry);
+  const Config hash_config = parse_config(
+      "[nerf]\nhash_levels = 4\nhash_log2_size = 10\nhash_features_per_level = 4\n"
+      "hash_hidden_width = 32\nhash_geo_features = 8\nhash_color_layers = 1\n", "t");
+  const auto hash = registry.create(hash_config, scene_context());
+  nerf::NerfHashOptions hash_options;
+  hash_options.levels = 4;
+  hash_options.log2_hashmap_size = 10;
+  hash_options.features_per_level = 4;
+  hash_options.hidden_width = 32;
+  hash_options.geo_features = 8;
+  hash_options.color_hidden_layers = 1;
+  nerf::NerfHash expected_hash(hash_options, scene_context(), 0);
+  EXPECT_EQ(parameter_count(*hash), parameter_count(expected_hash));
+  EXPECT_NE(parameter_count(*hash), parameter_count(*create("nerf-hash")));
+
+  const Config mlp_config = parse_config(
+      "[model]\nname = \"nerf-mlp\"\n[nerf]\nmlp_layers = 4\nmlp_width = 32\n"
+      "mlp_skip_layer = 2\nmlp_color_width = 16\nmlp_position_frequencies = 6\n", "t");
+  const auto mlp = registry.create(mlp_config, scene_context());
+  nerf::NerfMlpOptions mlp_options;
+  mlp_options.layers = 4;
+  mlp_options.width = 32;
+  mlp_options.skip_layer = 2;
+  mlp_options.color_width = 16;
+  mlp_options.position_frequencies = 6;
+  nerf::NerfMlp expected_mlp(mlp_options, scene_context(), 0);
+  EXPECT_EQ(parameter_count(*mlp), parameter_count(expected_mlp));
+  EXPECT_NE(parameter_count(*mlp), parameter_count(*create("nerf-mlp")));
 }
 
 TEST(NerfTraining, MlpLearnsTheSphere) {

@@ -68,7 +68,8 @@ class ResumeTest : public testing::Test {
     std::ofstream(dir_ + "/run.toml")
         << "[data]\npath = \"" << dir_ << "/scene.h5\"\n"
         << "[model]\nname = \"nerf-hash\"\n"
-        << "[train]\nsteps = 24\nrays_per_step = 256\nlog_every = 4\n"
+        << "[train]\nsteps = 24\nlog_every = 4\n"
+        << "[nerf]\nrays_per_step = 256\n"
         << "adam_eps = 1e-4\n"  // see test_nerf_invariants: keeps reassociation from compounding
         << "[snapshot]\nevery = 4\nkeep = 2\n"
         << "[eval]\nmax_views = 1\n"
@@ -151,7 +152,8 @@ class ResumeTest : public testing::Test {
   void write_gaussians_config() {
     std::ofstream(dir_ + "/gaussians.toml")
         << "[data]\npath = \"" << dir_ << "/scene.h5\"\n"
-        << "[model]\nname = \"gaussians\"\ndensify_from = 5\ndensify_until = 16\ndensify_every = 5\n"
+        << "[model]\nname = \"gaussians\"\n"
+        << "[gaussians]\ndensify_from = 5\ndensify_until = 16\ndensify_every = 5\n"
         << "densify_grad_threshold = 2e-5\nsh_degree_interval = 5\n"
         << "[train]\nsteps = 20\nlog_every = 10\n"
         << "[snapshot]\nevery = 5\nkeep = 0\n"
@@ -525,9 +527,9 @@ TEST_F(ResumeTest, GaussiansFromPlyScheduledPassesThenEvalAndRender) {
 
   const std::string out = dir_ + "/gs-ply";
   const std::vector<std::string> settings = {
-      "--set", "model.init_ply=" + ply, "--set", "model.views_per_step=2",
-      "--set", "model.num_downscales=1", "--set", "model.resolution_schedule=3",
-      "--set", "model.densify_from=100", "--set", "sampling.schedule=step",
+      "--set", "gaussians.init_ply=" + ply, "--set", "gaussians.views_per_step=2",
+      "--set", "gaussians.num_downscales=1", "--set", "gaussians.resolution_schedule=3",
+      "--set", "gaussians.densify_from=100", "--set", "sampling.schedule=step",
       "--set", "sampling.rate_min=0.5", "--set", "sampling.step_every=2",
       "--set", "checkpoint.policy=budget", "--set", "checkpoint.budget_mib=0.001",
       "--set", "train.steps=6", "--set", "train.log_every=1", "--set", "snapshot.every=0"};
@@ -579,7 +581,7 @@ TEST_F(ResumeTest, GaussiansFromPlyScheduledPassesThenEvalAndRender) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("budget_mib"), std::string::npos) << bad.output;
   const Job missing = run(gaussians_train(1, dir_ + "/gs-noply",
-                                          {"--set", "model.init_ply=" + dir_ + "/none.ply"}),
+                                          {"--set", "gaussians.init_ply=" + dir_ + "/none.ply"}),
                           60);
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_NE(missing.output.find("none.ply"), std::string::npos) << missing.output;

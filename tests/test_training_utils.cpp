@@ -501,7 +501,7 @@ TEST(Metrics, CudaMatchesCpu) {
 // ---- LearningCheck ----------------------------------------------------------------------------
 
 TEST(LearningCheck, WarnsOnceWhenTheLossDoesNotFallAndNamesTheCauses) {
-  tessera::LearningCheck check(300, "(4) learning rate: train.lr too high;");
+  tessera::LearningCheck check(300, "(4) learning rate: nerf.lr too high;");
   std::optional<std::string> warning;
   int warnings = 0;
   for (int64_t step = 0; step < 600; ++step) {
@@ -516,7 +516,7 @@ TEST(LearningCheck, WarnsOnceWhenTheLossDoesNotFallAndNamesTheCauses) {
     }
   }
   ASSERT_EQ(warnings, 1);
-  for (const char* needle : {"not improving", "poses", "bounds", "background", "train.lr"})
+  for (const char* needle : {"not improving", "poses", "bounds", "background", "nerf.lr"})
     EXPECT_NE(warning->find(needle), std::string::npos) << needle << " in: " << *warning;
 }
 
@@ -528,7 +528,7 @@ TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
   tessera::LearningCheck off(0, "");
   for (int64_t step = 0; step < 400; ++step) EXPECT_FALSE(off.observe(step, 0.5));
   // A plateau names the family's causes after the shared ones.
-  tessera::LearningCheck flat(100, "(4) initialization: model.random_count;");
+  tessera::LearningCheck flat(100, "(4) initialization: gaussians.random_count;");
   std::optional<std::string> w;
   for (int64_t step = 0; step < 100 && !w; ++step) w = flat.observe(step, 0.2);
   ASSERT_TRUE(w.has_value());

@@ -11,6 +11,7 @@
 #include "distributed/errors.h"
 #include "framework/run.h"
 #include "framework/snapshot.h"
+#include "models/gaussians/gaussian_config.h"
 #include "models/gaussians/ply.h"
 
 namespace tessera::models::gaussians {
@@ -88,7 +89,7 @@ std::string GaussianFamily::write_outputs(const std::string& out_dir) {
 
 std::string GaussianFamily::not_learning_causes() const {
   return "(4) initialization: without SfM points the random Gaussians must cover what the "
-         "cameras see (model.random_count, the dataset's scene_extent); "
+         "cameras see (gaussians.random_count, the dataset's scene_extent); "
          "(5) learning rates: model.*_lr too high or too low for the scene's scale.";
 }
 
@@ -122,7 +123,7 @@ std::string export_snapshot(const ExportRequest& o) {
     std::string scene = o.scene;
     if (scene.empty()) {
       const SnapshotReader reader(o.snapshot);
-      scene = parse_config(reader.meta().config_toml, o.snapshot + " (stored config)", {}).data.path;
+      scene = parse_stored_config(reader.meta().config_toml, o.snapshot + " (stored config)").data.path;
     }
     if (scene.empty() || !std::filesystem::exists(scene))
       throw UserError(o.snapshot + ": its dataset '" + scene + "' is not there, and the PLY is "
@@ -139,32 +140,24 @@ std::string export_snapshot(const ExportRequest& o) {
 }  // namespace
 
 GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
-  GaussianTrainerOptions o;
-  o.views_per_step = config.model.views_per_step;
+  // [gaussians] is the options struct itself; the rest comes from the framework's sections.
+  GaussianTrainerOptions o = config.section<GaussianTrainerOptions>();
   o.steps = config.train.steps;
   o.seed = static_cast<uint64_t>(config.run.seed);
-  o.resolution_scale = config.model.resolution_scale;
-  o.densify.densify_from = config.model.densify_from;
-  o.densify.densify_until = config.model.densify_until;
-  o.densify.densify_every = config.model.densify_every;
-  o.densify.grad_threshold = config.model.densify_grad_threshold;
-  o.densify.opacity_reset_every = config.model.opacity_reset_every;
   o.densify.seed = static_cast<uint64_t>(config.run.seed);
   o.init.seed = static_cast<uint64_t>(config.run.seed);
-  if (config.model.random_count > 0) o.init.random_count = config.model.random_count;
-  o.sh_degree_interval = static_cast<int>(config.model.sh_degree_interval);
   // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
   o.sampling = sampling_options(config);
-  o.num_downscales = static_cast<int>(config.model.num_downscales);
-  o.resolution_schedule = config.model.resolution_schedule;
-  o.views_per_pass = config.model.views_per_pass;
+  if (config.checkpoint.policy == "segments")
+    throw UserError(config.source_path + ": checkpoint.policy = \"segments\" recomputes a NeRF "
+                    "model's segments; a `gaussians` run takes \"budget\" (the views per pass "
+                    "that fit checkpoint.budget_mib) or \"none\"");
   if (config.checkpoint.policy == "budget") {
     if (!(config.checkpoint.budget_mib > 0))
       throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "
                       "activation memory that sets how many views a pass renders)");
     o.memory_budget_bytes = static_cast<int64_t>(config.checkpoint.budget_mib * 1024.0 * 1024.0);
   }
-  o.init_ply = config.model.init_ply;
   return o;
 }
 
@@ -181,10 +174,13 @@ void register_gaussian_family(FamilyRegistry& registry) {
     const std::string ext = std::filesystem::path(path).extension().string();
     if (ext != ".ply" && ext != ".PLY") return {};
     // sh_degree_interval = 1: renders use the full SH degree a PLY carries (for train.steps >= 3).
-    return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel), "model.init_ply=" + path,
-            "model.sh_degree_interval=1"};
+    const std::string section = GaussianTrainerOptions::kSection;
+    return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel),
+            section + ".init_ply=" + path, section + ".sh_degree_interval=1"};
   };
   info.export_snapshot = export_snapshot;
+  info.config_sections = {gaussian_config_section()};
+  info.unused_keys = gaussian_unused_keys();
   registry.add(std::move(info));
 }
 

@@ -10,9 +10,9 @@
 
 namespace tessera::models::gaussians {
 
-// The sharded trainer's options from the resolved config ([model] 3DGS keys, [sampling] as views
+// The sharded trainer's options from the resolved config ([gaussians], [sampling] as views
 // per epoch, [checkpoint] budget as the views-per-pass budget). UserError for a budget policy
-// without a budget.
+// without a budget and for the segments policy.
 GaussianTrainerOptions gaussian_trainer_options(const Config& config);
 
 // The family: GaussianTrainer's step halves, eval, renders and snapshot state as the TrainingRun's hooks;

@@ -34,7 +34,11 @@ enum class TileCostKind {
 // Every knob of the sharded training step, with its default. `t` below is the 0-based step index
 // passed to step(); s = t + 1 is the 1-based number of the step (INRIA's `iteration`) that the
 // schedules (learning rate, densification, SH degree) see.
+// Also the [gaussians] config section: its keys (models/gaussians/gaussian_config.cpp) are bound to
+// these fields, and the member initializers below (and DensifyOptions', LearningRates') are their
+// defaults.
 struct GaussianTrainerOptions {
+  static constexpr const char* kSection = "gaussians";
   int64_t views_per_step = 1;  // train views per step (the view batch), drawn per epoch
   int64_t steps = 30000;       // planned steps (for callers' loops; step(t) accepts any t)
   uint64_t seed = 0;           // view order; the split samples use densify.seed

@@ -10,6 +10,7 @@
 #include "distributed/errors.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/trainer.h"
+#include "models/nerf/nerf_config.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
 
@@ -90,11 +91,13 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
     return trainer;
   };
   info.check_config = [](const Config& config) {
+    check_nerf_config(config.section<NerfConfig>(), config.source_path);
     // The schedules check their own combinations (e.g. rate_min <= rate_max) when built.
     const TrainerOptions o = trainer_options(config);
     LrSchedule{o.lr};
     SamplingSchedule{o.sampling};
   };
+  info.config_sections = {nerf_config_section()};
   return info;
 }
 
@@ -103,17 +106,18 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
 TrainerOptions trainer_options(const Config& config) {
   TrainerOptions o;
   static_cast<RunOptions&>(o) = run_options(config);
-  o.rays_per_step = config.train.rays_per_step;
-  o.micro_batches = config.train.micro_batches;
-  o.lr.name = config.train.lr_schedule;
-  o.lr.lr = config.train.lr;
-  o.lr.final_lr = config.train.final_lr;
+  const NerfConfig& nerf = config.section<NerfConfig>();
+  o.rays_per_step = nerf.rays_per_step;
+  o.micro_batches = nerf.micro_batches;
+  o.lr.name = nerf.lr_schedule;
+  o.lr.lr = nerf.lr;
+  o.lr.final_lr = nerf.final_lr;
   o.lr.total_steps = config.train.steps;
-  o.lr.warmup_steps = config.train.warmup_steps;
+  o.lr.warmup_steps = nerf.warmup_steps;
   o.sampling = sampling_options(config);
   o.rescale_lr = config.sampling.rescale_lr;
-  o.adam_eps = config.train.adam_eps;
-  o.random_background = config.train.background == "random";
+  o.adam_eps = nerf.adam_eps;
+  o.random_background = nerf.background == "random";
   constexpr double kMiB = 1024.0 * 1024.0;
   o.grad_sync.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mib * kMiB);
   o.grad_sync.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mib * kMiB);

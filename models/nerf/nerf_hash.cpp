@@ -11,6 +11,7 @@
 #include "kernels/ray_march.h"
 #include "kernels/volume_render.h"
 #include "models/nerf/encodings.h"
+#include "models/nerf/nerf_config.h"
 
 namespace tessera::models::nerf {
 
@@ -284,17 +285,9 @@ void NerfHash::after_step(const StepContext& context, distributed::Communicator&
 }
 
 std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& context) {
-  NerfHashOptions options;  // 0 (a Config built in code, not parsed) keeps the option's default
-  const ModelConfig& m = config.model;
-  if (m.hash_levels > 0) options.levels = static_cast<int>(m.hash_levels);
-  if (m.hash_log2_size > 0) options.log2_hashmap_size = static_cast<int>(m.hash_log2_size);
-  if (m.hash_max_resolution > 0) options.finest_resolution = static_cast<int>(m.hash_max_resolution);
-  if (m.march_steps > 0) options.steps_per_diagonal = static_cast<int>(m.march_steps);
-  options.distortion_weight = static_cast<float>(m.distortion_weight);
-  if (options.finest_resolution < options.base_resolution)
-    throw UserError("model.hash_max_resolution (" + std::to_string(options.finest_resolution) +
-                    ") must be at least the coarsest level's " +
-                    std::to_string(options.base_resolution));
+  const NerfConfig& nerf = config.section<NerfConfig>();
+  check_nerf_config(nerf, config.source_path);
+  const NerfHashOptions& options = nerf.hash;
   return std::make_unique<NerfHash>(options, context, static_cast<uint64_t>(config.run.seed));
 }
 

@@ -9,6 +9,7 @@
 #include "framework/checkpoint_policy.h"
 #include "kernels/volume_render.h"
 #include "models/nerf/encodings.h"
+#include "models/nerf/nerf_config.h"
 
 namespace tessera::models::nerf {
 
@@ -212,7 +213,9 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
 }
 
 std::unique_ptr<Model> make_nerf_mlp(const Config& config, const ModelContext& context) {
-  return std::make_unique<NerfMlp>(NerfMlpOptions{}, context, static_cast<uint64_t>(config.run.seed));
+  const NerfConfig& nerf = config.section<NerfConfig>();
+  check_nerf_config(nerf, config.source_path);
+  return std::make_unique<NerfMlp>(nerf.mlp, context, static_cast<uint64_t>(config.run.seed));
 }
 
 }  // namespace tessera::models::nerf

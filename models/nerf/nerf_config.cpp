@@ -1,0 +1,129 @@
+// The [nerf] config section: every key bound to a NerfConfig field (defaults are the fields'
+// initializers), with its range and the reference text of docs/config.md.
+#include "models/nerf/nerf_config.h"
+
+#include "distributed/errors.h"
+
+namespace tessera::models::nerf {
+namespace {
+
+using config_schema::KeySpec;
+using config_schema::section_key;
+
+// 2^26 rays: far beyond one node's memory per step; a typo guard, not a tuning limit.
+constexpr double kMaxRaysPerStep = 67108864.0;
+
+// Constants, not std::strings: a section may be built during another file's static initialization.
+constexpr const char* kHash = "nerf-hash";
+constexpr const char* kMlp = "nerf-mlp";
+
+template <typename Field>
+KeySpec nerf_key(const char* name, Field field) {
+  return section_key<NerfConfig>(name, field);
+}
+
+}  // namespace
+
+config_schema::SectionSpec nerf_config_section() {
+  config_schema::SectionSpec section;
+  section.name = NerfConfig::kSection;
+  section.models = {kHash, kMlp};
+  section.doc = "The batch of rays, the optimizer and each model's sizes (docs/nerf.md).";
+  section.keys = {
+      nerf_key("rays_per_step", [](auto& n) -> auto& { return n.rays_per_step; })
+          .range(1, kMaxRaysPerStep)
+          .doc("Global batch of rays per step, split evenly across ranks."),
+      nerf_key("micro_batches", [](auto& n) -> auto& { return n.micro_batches; })
+          .range(1, 4096)
+          .doc("Gradient accumulation: micro-batches per step on each rank (same result as one batch)."),
+      nerf_key("lr", [](auto& n) -> auto& { return n.lr; })
+          .range_open_low(0, 10)
+          .doc("Peak learning rate (Adam)."),
+      nerf_key("lr_schedule", [](auto& n) -> auto& { return n.lr_schedule; })
+          .one_of({"constant", "exponential", "cosine"})
+          .doc("Learning-rate schedule from `nerf.lr` to `nerf.final_lr` (docs/training.md)."),
+      nerf_key("final_lr", [](auto& n) -> auto& { return n.final_lr; })
+          .range_open_low(0, 10)
+          .doc("Learning rate at the last step (exponential and cosine schedules)."),
+      nerf_key("warmup_steps", [](auto& n) -> auto& { return n.warmup_steps; })
+          .range(0, config_schema::kMaxSteps)
+          .doc("Steps of linear learning-rate warm-up."),
+      nerf_key("adam_eps", [](auto& n) -> auto& { return n.adam_eps; })
+          .range(0, 1)
+          .doc("Adam's epsilon (instant-ngp uses 1e-15; larger values damp the steps of weights with tiny gradients)."),
+      nerf_key("background", [](auto& n) -> auto& { return n.background; })
+          .one_of({"random", "dataset"})
+          .doc("`random` renders each training ray over its own random color. With alpha the target is composited over the same color (nerfstudio's random background), so the model learns transparency instead of painting the background into the scene; unbounded datasets without alpha (real captures) keep the photo as target, so the model learns that every ray ends on something opaque instead of fitting a fog over the background (instant-ngp). `dataset` uses the dataset's background. No effect on bounded datasets without alpha; eval always uses the dataset's background."),
+      nerf_key("hash_levels", [](auto& n) -> auto& { return n.hash.levels; })
+          .range(1, 32).only_for({kHash})
+          .doc("Levels L of the multiresolution hash grid (instant-ngp: 16)."),
+      nerf_key("hash_features_per_level", [](auto& n) -> auto& { return n.hash.features_per_level; })
+          .check("1, 2, 4 or 8", [](const config_schema::Value& v) -> std::string {
+            const int64_t f = std::get<int64_t>(v);
+            return f == 1 || f == 2 || f == 4 || f == 8 ? "" : "the kernels take 1, 2, 4 or 8";
+          })
+          .only_for({kHash})
+          .doc("Features F per level (instant-ngp: 2, its best trade-off of quality and speed)."),
+      nerf_key("hash_log2_size", [](auto& n) -> auto& { return n.hash.log2_hashmap_size; })
+          .range(10, 24).only_for({kHash})
+          .doc("log2 of the rows T per level (instant-ngp: 19); the table holds L * T * F parameters."),
+      nerf_key("hash_base_resolution", [](auto& n) -> auto& { return n.hash.base_resolution; })
+          .range(2, 1024).only_for({kHash})
+          .doc("The coarsest level's resolution N_min (instant-ngp: 16)."),
+      nerf_key("hash_max_resolution", [](auto& n) -> auto& { return n.hash.finest_resolution; })
+          .range(16, 1 << 16).only_for({kHash})
+          .doc("The finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene); about 2x the image side resolves what the images show (instant-ngp: 2048). At least `hash_base_resolution`."),
+      nerf_key("hash_hidden_width", [](auto& n) -> auto& { return n.hash.hidden_width; })
+          .range(8, 1024).only_for({kHash})
+          .doc("Width of the density and color MLPs' hidden layers (instant-ngp: 64)."),
+      nerf_key("hash_geo_features", [](auto& n) -> auto& { return n.hash.geo_features; })
+          .range(1, 256).only_for({kHash})
+          .doc("Outputs of the density MLP (the first is the log-density, the others feed the color MLP; instant-ngp: 16)."),
+      nerf_key("hash_color_layers", [](auto& n) -> auto& { return n.hash.color_hidden_layers; })
+          .range(1, 8).only_for({kHash})
+          .doc("Hidden layers of the color MLP (instant-ngp: 2)."),
+      nerf_key("march_steps", [](auto& n) -> auto& { return n.hash.steps_per_diagonal; })
+          .range(16, 4096).only_for({kHash})
+          .doc("Ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube)."),
+      nerf_key("distortion_weight", [](auto& n) -> auto& { return n.hash.distortion_weight; })
+          .range(0.0, 1.0).only_for({kHash})
+          .doc("Weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface, which removes the fog and floaters a real capture otherwise grows (nerfacto: 0.002); 0 = off."),
+      nerf_key("mlp_layers", [](auto& n) -> auto& { return n.mlp.layers; })
+          .range(2, 32).only_for({kMlp})
+          .doc("Layers of the trunk (the NeRF paper: 8)."),
+      nerf_key("mlp_width", [](auto& n) -> auto& { return n.mlp.width; })
+          .range(8, 4096).only_for({kMlp})
+          .doc("Width of the trunk (the paper: 256)."),
+      nerf_key("mlp_skip_layer", [](auto& n) -> auto& { return n.mlp.skip_layer; })
+          .range(1, 31).only_for({kMlp})
+          .doc("The trunk layer that takes the encoded position again beside its input (the paper: 4); less than `mlp_layers`."),
+      nerf_key("mlp_color_width", [](auto& n) -> auto& { return n.mlp.color_width; })
+          .range(8, 4096).only_for({kMlp})
+          .doc("Width of the color head (the paper: 128)."),
+      nerf_key("mlp_samples_per_ray", [](auto& n) -> auto& { return n.mlp.samples_per_ray; })
+          .range(1, 4096).only_for({kMlp})
+          .doc("Stratified samples per ray (the paper's coarse N_c: 64; no fine level)."),
+      nerf_key("mlp_position_frequencies", [](auto& n) -> auto& { return n.mlp.position_frequencies; })
+          .range(0, 32).only_for({kMlp})
+          .doc("Frequencies L of the position's encoding (the paper: 10)."),
+      nerf_key("mlp_direction_frequencies", [](auto& n) -> auto& { return n.mlp.direction_frequencies; })
+          .range(0, 32).only_for({kMlp})
+          .doc("Frequencies L of the direction's encoding (the paper: 4)."),
+  };
+  return section;
+}
+
+void check_nerf_config(const NerfConfig& config, const std::string& origin) {
+  const std::string where = origin.empty() ? "" : origin + ": ";
+  if (config.hash.finest_resolution < config.hash.base_resolution)
+    throw UserError(where + "nerf.hash_max_resolution (" +
+                    std::to_string(config.hash.finest_resolution) +
+                    ") must be at least nerf.hash_base_resolution (" +
+                    std::to_string(config.hash.base_resolution) + ")");
+  if (config.mlp.skip_layer >= config.mlp.layers)
+    throw UserError(where + "nerf.mlp_skip_layer (" + std::to_string(config.mlp.skip_layer) +
+                    ") must be less than nerf.mlp_layers (" + std::to_string(config.mlp.layers) +
+                    ")");
+}
+
+}  // namespace tessera::models::nerf
