@@ -18,6 +18,7 @@
 #include "models/gaussians/gaussian_family.h"
 #include "models/nerf/nerf_config.h"
 #include "models/nerf/nerf_family.h"
+#include "tests/test_util.h"
 
 namespace tessera {
 namespace {
@@ -44,16 +45,7 @@ std::string source_dir() {
   return dir && *dir ? dir : ".";
 }
 
-// Runs `fn`, expects a UserError, and returns its message.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return "";
-}
+using test::error_of;
 
 std::string parse_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { parse_config(text, "cfg.toml", overrides); });

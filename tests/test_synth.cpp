@@ -12,6 +12,7 @@
 
 #include "distributed/errors.h"
 #include "framework/data/scene.h"
+#include "framework/data/shapes.h"
 #include "framework/data/synth.h"
 #include "tests/test_util.h"
 
@@ -584,6 +585,29 @@ TEST(SynthEndToEnd, BinaryWritesAFileAndRejectsUnknownPresets) {
   EXPECT_EQ(run_tessera("synth --preset objects --views 2 --out " + out, &err), 2);
   EXPECT_NE(err.find("--views"), std::string::npos) << err;
   EXPECT_EQ(run_tessera("synth --preset objects --width 9000 --out " + out, &err), 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(SynthEndToEnd, BinaryWritesShapesAndRefusesFlagsOfTheOtherKind) {
+  if (!std::getenv("TESSERA_BINARY")) GTEST_SKIP() << "TESSERA_BINARY not set (run under CTest)";
+  const std::string out = temp_path("shapes_cli.h5");
+  std::string err;
+  ASSERT_EQ(run_tessera("synth --preset shapes --count 20 --points 32 --seed 4 --out " + out, &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("20/20 shapes"), std::string::npos) << err;
+  const shapes::ShapesReader reader(out);
+  EXPECT_EQ(reader.count(), 20);
+  EXPECT_EQ(reader.points_per_shape(), 32);
+  EXPECT_EQ(reader.source(), "synth:shapes count=20 points=32 seed=4");
+  test::remove_tree(out);
+  EXPECT_EQ(run_tessera("synth --preset shapes --views 12 --out " + out, &err), 2);
+  EXPECT_NE(err.find("--views: scene flags; --preset shapes takes --count"), std::string::npos)
+      << err;
+  EXPECT_EQ(run_tessera("synth --preset objects --points 12 --out " + out, &err), 2);
+  EXPECT_NE(err.find("--points: flags of --preset shapes"), std::string::npos) << err;
+  EXPECT_EQ(run_tessera("synth --preset shapes --count 5 --out " + out, &err), 2);
+  EXPECT_NE(err.find("--count 5 is out of range"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

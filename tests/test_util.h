@@ -1,16 +1,31 @@
 // Small file and text helpers shared by the tests (header-only).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "distributed/errors.h"
+
 namespace tessera::test {
+
+// Runs `fn`, expects a UserError, and returns its message ("" and a test failure otherwise).
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return "";
+}
 
 // Deletes `path` and everything under it. Also guards the link order of cmake/TesseraTorch.cmake:
 // libtorch.so exports a broken copy of std::filesystem::remove_all that would crash here if it

@@ -368,7 +368,7 @@ void validate_options(const SynthOptions& options) {
     std::string known;
     for (const auto& name : preset_names()) known += (known.empty() ? "" : ", ") + name;
     throw UserError("unknown synth preset '" + options.preset + "' (known presets: " + known +
-                    ")");
+                    "; and `shapes`, point clouds of procedural shapes)");
   }
   if (options.views < kMinViews)
     throw UserError("--views " + std::to_string(options.views) + " is too few: need at least " +
