@@ -105,10 +105,10 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Least severe log message that is written."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
-          .doc("Path to a tessera-scene HDF5 dataset; empty means none."),
+          .doc("Path to the dataset: a tessera-scene HDF5 file, or a tessera-shapes file for `point-diffusion` (docs/formats.md); empty means none."),
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
           .defaults_to("nerf-hash")
-          .doc("Model to train, by its family's name (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md) or `gaussians` (3DGS, docs/gaussians.md). Its keys are in its family's section below; a key the model does not read is refused."),
+          .doc("Model to train, by its family's name (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md), `gaussians` (3DGS, docs/gaussians.md) or `point-diffusion` (docs/diffusion.md). Its keys are in its family's section below; a key the model does not read is refused."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxSteps)
           .doc("Optimizer steps."),
@@ -143,8 +143,8 @@ const std::vector<KeySpec>& framework_keys() {
           .defaults_to(false)
           .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
       key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
-          .defaults_to("none").one_of({"none", "segments", "budget"})
-          .doc("Activation checkpointing per rank (docs/checkpointing.md)."),
+          .defaults_to("none").one_of({"none", "segments", "budget", "blocks", "attention"})
+          .doc("Activation checkpointing per rank (docs/checkpointing.md). Each model takes its own: `nerf-hash` and `nerf-mlp` none, segments or budget; `gaussians` none or budget (views per pass); `point-diffusion` none, blocks (each transformer block) or attention (only the attention core)."),
       key("checkpoint", "segments", [](auto& c) -> auto& { return c.checkpoint.segments; })
           .defaults_to("")
           .doc("`segments` policy: comma-separated names of the model segments to recompute."),
@@ -168,10 +168,10 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Steps between evaluations; 0 = only at the end."),
       key("eval", "split", [](auto& c) -> auto& { return c.eval.split; })
           .defaults_to("val").one_of({"val", "test", "train"})
-          .doc("Views evaluated (PSNR, SSIM, rendered PNGs)."),
+          .doc("The split evaluated: its views (PSNR, SSIM, rendered PNGs), or its shapes (`point-diffusion`: the held-out denoising loss)."),
       key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
           .defaults_to(4).range(1, 100000)
-          .doc("Views rendered per evaluation."),
+          .doc("Items (views, shapes) of the split scored per evaluation, the first ones."),
       key("distributed", "backend", [](auto& c) -> auto& { return c.distributed.backend; })
           .defaults_to("auto").one_of({"auto", "mpi", "nccl"})
           .doc("Communicator: `auto` uses NCCL for CUDA tensors and MPI for CPU."),

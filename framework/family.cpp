@@ -1,10 +1,51 @@
 // FamilyRegistry: model families by their config name; an unknown name lists the known ones.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "distributed/errors.h"
 #include "framework/family.h"
 
 namespace tessera {
+
+double EvalScores::value(const std::string& name) const {
+  for (const auto& [key, v] : metrics)
+    if (key == name) return v;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string EvalScores::text() const {
+  if (items == 0) return "none";
+  std::string out;
+  for (const auto& [key, v] : metrics) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%.4g", v);  // 29.33, 0.9644, 0.0123
+    out += key + " " + number + " ";
+  }
+  return out + "(" + std::to_string(items) + " " + unit + ")";
+}
+
+nlohmann::json EvalScores::to_json(const std::string& prefix) const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, v] : metrics) j[prefix + key] = v;
+  j[prefix + unit] = items;
+  return j;
+}
+
+EvalScores image_scores(int64_t views, double psnr, double ssim) {
+  EvalScores scores;
+  scores.items = views;
+  scores.unit = "views";
+  scores.metrics = {{"psnr", psnr}, {"ssim", ssim}};
+  return scores;
+}
+
+const data::SceneReader& FamilyContext::scene() const {
+  const auto* scene = dynamic_cast<const data::SceneReader*>(&dataset);
+  if (!scene) throw std::logic_error("this family trains on views, but its dataset is not a scene");
+  return *scene;
+}
 
 void FamilyRegistry::add(FamilyInfo info) {
   if (contains(info.name)) throw std::logic_error("model family '" + info.name + "' registered twice");

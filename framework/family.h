@@ -43,12 +43,24 @@ struct StepRecord {
   std::string progress;      // the family's part of the progress line ("" = none)
 };
 
-// Scores of the eval views: means over the views.
+// Scores of an evaluation: means over the items scored (a scene's views, a shape set's shapes),
+// as named metrics in print order. They go to the progress line ("eval psnr 29.33 ssim 0.9644
+// (2 views)"), metrics.jsonl (`eval_<name>`, `eval_<unit>`) and `tessera eval`'s JSON.
 struct EvalScores {
-  int64_t views = 0;
-  double psnr = 0.0;
-  double ssim = 0.0;
+  int64_t items = 0;           // items scored
+  std::string unit = "views";  // what `items` counts
+  std::vector<std::pair<std::string, double>> metrics;
+
+  // The metric `name`, NaN when there is none.
+  double value(const std::string& name) const;
+  // "psnr 29.33 ssim 0.9644 (2 views)"; "none" when nothing was scored.
+  std::string text() const;
+  // {"psnr": 29.33, "ssim": 0.96, "views": 2}, each key prefixed with `prefix`.
+  nlohmann::json to_json(const std::string& prefix = "") const;
 };
+
+// The scores of an image family: PSNR and SSIM, means over `views` views.
+EvalScores image_scores(int64_t views, double psnr, double ssim);
 
 // Receives each eval render: the dataset view index and the image [H, W, 3] float32 in [0, 1].
 using ImageSink = std::function<void(size_t view, const torch::Tensor& image)>;
@@ -108,8 +120,11 @@ struct FamilyContext {
   const Config& config;
   distributed::ProcessContext& process;
   distributed::Communicator& comm;
-  const data::SceneReader& scene;
+  const data::Dataset& dataset;  // what the family's FamilyInfo::open_dataset opened
   torch::Device device;
+
+  // The dataset as a scene, for families that train on views (std::logic_error otherwise).
+  const data::SceneReader& scene() const;
 };
 
 // One `tessera info` line about a snapshot: a label and its value.
@@ -143,6 +158,9 @@ struct FamilyInfo {
   // refused and documented with them (docs/config.md).
   std::vector<config_schema::SectionSpec> config_sections;
   std::vector<std::string> unused_keys;
+  // Opens data.path as this family's kind of dataset (UserError naming the file when it is not
+  // one). Empty: a tessera-scene (data::SceneReader).
+  std::function<std::unique_ptr<data::Dataset>(const std::string& path)> open_dataset;
 };
 
 // Families by name. An unknown name throws UserError listing the known ones.

@@ -47,24 +47,6 @@ SamplingScheduleOptions sampling_options(const Config& config) {
   return o;
 }
 
-std::string dataset_fingerprint(const data::SceneReader& scene) {
-  std::ostringstream text;
-  text.precision(17);
-  const auto& m = scene.meta();
-  for (double b : m.scene_bounds) text << b << ',';
-  text << m.near << ',' << m.far << ';';
-  for (const auto& c : scene.cameras()) {
-    text << c.fx << ',' << c.fy << ',' << c.cx << ',' << c.cy << ',' << c.width << ','
-         << c.height << ',' << static_cast<int>(c.split);
-    for (double v : c.camera_to_world) text << ',' << v;
-    text << ';';
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
-  return hex;
-}
-
 void check_run_options(const RunOptions& options, torch::Device device) {
   const std::string& p = options.precision;
   if (p != "fp32" && p != "bf16" && p != "fp16")
@@ -79,8 +61,8 @@ void check_run_options(const RunOptions& options, torch::Device device) {
 }
 
 TrainingRun::TrainingRun(distributed::ProcessContext& context, distributed::Communicator& comm,
-         ModelFamily& family, const data::SceneReader& scene, RunOptions options)
-    : context_(context), comm_(comm), family_(family), scene_(scene),
+         ModelFamily& family, const data::Dataset& dataset, RunOptions options)
+    : context_(context), comm_(comm), family_(family), dataset_(dataset),
       options_(std::move(options)) {
   check_run_options(options_, comm_.device());
   const std::string& p = options_.precision;
@@ -141,7 +123,7 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
   const data::Split split = options_.eval_split == "train" ? data::Split::Train
                             : options_.eval_split == "val" ? data::Split::Val
                                                            : data::Split::Test;
-  std::vector<size_t> views = scene_.indices(split);
+  std::vector<size_t> views = dataset_.indices(split);
   if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
     views.resize(options_.eval_max_views);
   ImageSink sink;
@@ -163,7 +145,7 @@ std::string TrainingRun::save_snapshot() {
   meta.step = steps_done_;
   meta.model = family_.model_name();
   meta.config_toml = options_.config_toml;
-  meta.dataset_fingerprint = dataset_fingerprint(scene_);
+  meta.dataset_fingerprint = dataset_.fingerprint();
   SnapshotWriterOptions wo;
   wo.parallel = options_.snapshot_parallel;
   return write_run_snapshot(comm_, options_.out_dir, steps_done_, options_.snapshot_keep,
@@ -181,7 +163,7 @@ std::string TrainingRun::save_snapshot() {
 void TrainingRun::load_snapshot(const std::string& path) {
   const SnapshotReader reader(path);
   const SnapshotMeta& meta = reader.meta();
-  check_snapshot_matches_run(path, meta, family_.model_name(), dataset_fingerprint(scene_),
+  check_snapshot_matches_run(path, meta, family_.model_name(), dataset_.fingerprint(),
                              options_.steps);
   family_.load_state(reader);
   // Snapshots of Gaussian runs written before the run was shared carry neither: a fresh scaler

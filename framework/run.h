@@ -14,7 +14,7 @@
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
 #include "framework/config.h"
-#include "framework/data/scene.h"
+#include "framework/data/dataset.h"
 #include "framework/family.h"
 #include "framework/loss_scaler.h"
 #include "framework/schedule.h"
@@ -65,23 +65,17 @@ struct TrainSummary {
   double seconds = 0.0;
   double final_loss = 0.0;
   double work_per_s = 0.0;    // the family's work units (rays, views) per second over the run
-  double eval_psnr = 0.0;     // of the final eval (0 when no eval view exists)
-  double eval_ssim = 0.0;
-  int64_t eval_views = 0;
+  EvalScores eval;            // of the final eval (no items when none ran)
   int64_t skipped_steps = 0;
   int64_t peak_mem_bytes = 0;  // this rank's device peak
 };
-
-// Identifies a dataset: its cameras, image sizes, splits and root attributes (16 hex digits,
-// stored in every snapshot; a resume on another dataset is refused).
-std::string dataset_fingerprint(const data::SceneReader& scene);
 
 class TrainingRun {
  public:
   // Every rank constructs it with the same options. UserError on bad options (fp16 on the CPU,
   // an unknown precision or eval split, an unwritable run directory).
   TrainingRun(distributed::ProcessContext& context, distributed::Communicator& comm,
-              ModelFamily& family, const data::SceneReader& scene, RunOptions options);
+              ModelFamily& family, const data::Dataset& dataset, RunOptions options);
   ~TrainingRun();
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
@@ -119,7 +113,7 @@ class TrainingRun {
   distributed::ProcessContext& context_;
   distributed::Communicator& comm_;
   ModelFamily& family_;
-  const data::SceneReader& scene_;
+  const data::Dataset& dataset_;
   RunOptions options_;
   std::unique_ptr<LossScaler> scaler_;
   std::ofstream metrics_;  // rank 0, when out_dir is set

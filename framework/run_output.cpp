@@ -111,11 +111,7 @@ TrainSummary TrainingRun::run() {
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   summary.final_loss = last.loss;
   summary.work_per_s = summary.seconds > 0 ? run_work / summary.seconds : 0.0;
-  if (evaluated) {
-    summary.eval_psnr = eval.psnr;
-    summary.eval_ssim = eval.ssim;
-    summary.eval_views = eval.views;
-  }
+  if (evaluated) summary.eval = eval;
   summary.skipped_steps = scaler_->skipped_steps();
   summary.peak_mem_bytes = memory_stats(comm_.device()).peak_bytes;
   write_summary(summary, outputs);
@@ -142,11 +138,7 @@ void TrainingRun::log_step(const StepRecord& r, const EvalScores* eval, double w
     j[unit + "_per_s"] = work_per_s;
     j["steps_per_s"] = steps_per_s;
     j["peak_mem_bytes"] = peak_bytes;
-    if (eval) {
-      j["eval_psnr"] = eval->psnr;
-      j["eval_ssim"] = eval->ssim;
-      j["eval_views"] = eval->views;
-    }
+    if (eval) j.update(eval->to_json("eval_"));
     metrics_ << j.dump() << '\n';
     metrics_.flush();
   }
@@ -161,12 +153,7 @@ void TrainingRun::log_step(const StepRecord& r, const EvalScores* eval, double w
                 format_rate(work_per_s).c_str(), static_cast<long long>(peak_bytes >> 20),
                 r.skipped ? " skipped" : "", log::format_duration(eta).c_str());
   std::string text = std::string(head) + (r.progress.empty() ? "" : " " + r.progress) + " " + tail;
-  if (eval && eval->views > 0) {
-    char extra[96];
-    std::snprintf(extra, sizeof(extra), " | eval psnr %.2f ssim %.4f (%lld views)", eval->psnr,
-                  eval->ssim, static_cast<long long>(eval->views));
-    text += extra;
-  }
+  if (eval && eval->items > 0) text += " | eval " + eval->text();
   std::fprintf(stderr, "%s\n", text.c_str());
   spdlog::debug("{}", text);
 }
@@ -178,13 +165,12 @@ void TrainingRun::write_summary(const TrainSummary& s, const std::string& output
   const std::string unit = family_.work_unit();
   char line[320];
   std::snprintf(line, sizeof(line),
-                "%s: %lld steps in %s, final loss %.5f, %s %s/s, eval psnr %.2f ssim %.4f "
-                "(%lld views), %lld skipped steps, peak memory %s",
+                "%s: %lld steps in %s, final loss %.5f, %s %s/s, eval %s, %lld skipped steps, "
+                "peak memory %s",
                 s.finished ? "done" : "stopped", static_cast<long long>(s.steps),
                 log::format_duration(s.seconds).c_str(), s.final_loss,
-                format_rate(s.work_per_s).c_str(), unit.c_str(), s.eval_psnr, s.eval_ssim,
-                static_cast<long long>(s.eval_views), static_cast<long long>(s.skipped_steps),
-                format_bytes(s.peak_mem_bytes).c_str());
+                format_rate(s.work_per_s).c_str(), unit.c_str(), s.eval.text().c_str(),
+                static_cast<long long>(s.skipped_steps), format_bytes(s.peak_mem_bytes).c_str());
   std::string text = line;
   if (!described.empty()) text += ", " + described;
   if (!outputs.empty()) text += ", " + outputs;
@@ -200,9 +186,7 @@ void TrainingRun::write_summary(const TrainSummary& s, const std::string& output
     j["seconds"] = s.seconds;
     j["final_loss"] = s.final_loss;
     j[unit + "_per_s"] = s.work_per_s;
-    j["eval_psnr"] = s.eval_psnr;
-    j["eval_ssim"] = s.eval_ssim;
-    j["eval_views"] = s.eval_views;
+    j.update(s.eval.to_json("eval_"));
     j["skipped_steps"] = s.skipped_steps;
     j["peak_mem_bytes"] = s.peak_mem_bytes;
     for (const auto& [key, value] : fields.items()) j[key] = value;

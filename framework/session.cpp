@@ -9,6 +9,7 @@
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
+#include "framework/data/scene.h"
 #include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
@@ -17,6 +18,13 @@
 namespace tessera {
 
 namespace {
+
+// data.path as the model's family reads it: its own kind of dataset, or a tessera-scene.
+std::unique_ptr<data::Dataset> open_dataset(const Config& config, const FamilyRegistry& families) {
+  const FamilyInfo& family = families.get(config.model.name, config.source_path);
+  if (family.open_dataset) return family.open_dataset(config.data.path);
+  return std::make_unique<data::SceneReader>(config.data.path);
+}
 
 torch::Device rank_device(distributed::ProcessContext& context) {
   return context.one_cuda_device_per_rank()
@@ -37,7 +45,7 @@ void bring_up(Session& session, const FamilyRegistry& families, const std::strin
   session.comm = distributed::make_communicator(*session.context, config.distributed.backend, device);
   const FamilyInfo& family = families.get(config.model.name, config.source_path);
   session.family = family.create(
-      FamilyContext{config, *session.context, *session.comm, *session.scene, device});
+      FamilyContext{config, *session.context, *session.comm, *session.dataset, device});
 }
 
 // The family's and the run's checks that need no MPI (UserError naming `origin` for an unknown
@@ -56,13 +64,13 @@ void check_family_config(const Config& config, const FamilyRegistry& families,
 void start_viewing(Session& session, const FamilyRegistry& families, const std::string& origin) {
   session.config.train.precision = "fp32";
   check_family_config(session.config, families, origin);
-  session.scene = std::make_unique<data::SceneReader>(session.config.data.path);
+  session.dataset = open_dataset(session.config, families);
   bring_up(session, families, "warn", "");
   RunOptions options = run_options(session.config);
   options.out_dir = "";  // eval and render write only what they are asked to
   options.progress = false;
   session.run = std::make_unique<TrainingRun>(*session.context, *session.comm, *session.family,
-                                              *session.scene, options);
+                                              *session.dataset, options);
 }
 
 }  // namespace
@@ -111,7 +119,7 @@ Session start_training(const Config& config, const FamilyRegistry& families,
   Session session;
   session.config = config;
   const std::string resolved = to_toml(config);
-  session.scene = std::make_unique<data::SceneReader>(config.data.path);
+  session.dataset = open_dataset(config, families);
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(config.run.out_dir) / "logs", ignored);
   bring_up(session, families, config.run.log_level, config.run.out_dir);
@@ -123,14 +131,14 @@ Session start_training(const Config& config, const FamilyRegistry& families,
   spdlog::info("resolved config:\n{}", resolved);
   distributed::check_same_on_all_ranks(*session.context, distributed::fingerprint(resolved),
                                        "the resolved config (check --set flags and config files)");
-  spdlog::info("model {} on {}, dataset {} ({} cameras), backend {}", config.model.name,
-               session.comm->device().str(), config.data.path, session.scene->cameras().size(),
+  spdlog::info("model {} on {}, dataset {} ({}), backend {}", config.model.name,
+               session.comm->device().str(), config.data.path, session.dataset->summary(),
                distributed::to_string(session.comm->backend()));
   RunOptions options = run_options(config);
   options.config_toml = resolved;
   options.stop_after = request.until;
   session.run = std::make_unique<TrainingRun>(*session.context, *session.comm, *session.family,
-                                      *session.scene, options);
+                                      *session.dataset, options);
   const std::string resume = resolve_resume(request.resume, run_snapshot_dir(config.run.out_dir),
                                             *session.context);
   if (!resume.empty()) {

@@ -11,7 +11,7 @@
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
 #include "framework/config.h"
-#include "framework/data/scene.h"
+#include "framework/data/dataset.h"
 #include "framework/family.h"
 #include "framework/run.h"
 
@@ -21,7 +21,7 @@ namespace tessera {
 // communicator and the process context.
 struct Session {
   Config config;
-  std::unique_ptr<data::SceneReader> scene;
+  std::unique_ptr<data::Dataset> dataset;  // opened by the family (FamilyInfo::open_dataset)
   std::unique_ptr<distributed::ProcessContext> context;
   std::unique_ptr<distributed::Communicator> comm;
   std::unique_ptr<ModelFamily> family;

@@ -12,6 +12,7 @@
 #include "distributed/errors.h"
 #include "framework/autocast.h"
 #include "framework/memory.h"
+#include "framework/micro_batch.h"
 
 namespace tessera {
 
@@ -133,13 +134,7 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
     if (loss_hook) loss_hook(step, k, loss);
     loss_sum += loss.detach().to(torch::kFloat64);
     if (regularization.defined()) loss = loss + regularization;
-    const torch::Tensor scaled = control.loss_scale == 1.0 ? loss : loss * control.loss_scale;
-    if (k + 1 < k_count) {
-      distributed::NoSyncScope no_sync(*sync_);
-      scaled.backward();
-    } else {
-      scaled.backward();
-    }
+    micro_batch_backward(*sync_, loss, control.loss_scale, /*last=*/k + 1 == k_count);
   }
   sync_->finish();
 

@@ -47,20 +47,16 @@ torch::Tensor Trainer::render_camera(const data::Camera& cam, int64_t step) {
 
 EvalScores Trainer::evaluate(int64_t step, const std::vector<size_t>& views,
                              const ImageSink& on_image) {
-  EvalScores result;
+  double psnr_sum = 0.0, ssim_sum = 0.0;
   for (size_t view : views) {
     const torch::Tensor image = render_view(view, step);
     const torch::Tensor target = scene_.read_image_over_background(view);
-    result.psnr += psnr(image, target);
-    result.ssim += ssim(image, target);
+    psnr_sum += psnr(image, target);
+    ssim_sum += ssim(image, target);
     if (on_image) on_image(view, image);
   }
-  result.views = static_cast<int64_t>(views.size());
-  if (result.views > 0) {
-    result.psnr /= result.views;
-    result.ssim /= result.views;
-  }
-  return result;
+  const int64_t n = static_cast<int64_t>(views.size());
+  return image_scores(n, n > 0 ? psnr_sum / n : 0.0, n > 0 ? ssim_sum / n : 0.0);
 }
 
 }  // namespace tessera

@@ -58,15 +58,15 @@ int run_eval(const SnapshotCommandOptions& o) {
   result["model"] = run.config.model.name;
   result["ranks"] = run.comm->size();
   for (const std::string& split : splits) {
-    std::vector<size_t> views = run.scene->indices(parse_split(split));
+    std::vector<size_t> views = run.dataset->indices(parse_split(split));
     if (views.empty() && o.split.empty()) continue;  // the dataset has no such split
-    if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " views");
+    if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " split");
     run.run->set_eval_views(split, o.max_views);
     const EvalScores r = run.run->evaluate(run.step, /*write=*/false);
-    result["splits"][split] = {{"psnr", r.psnr}, {"ssim", r.ssim}, {"views", r.views}};
+    result["splits"][split] = r.to_json();
   }
   if (!result.contains("splits"))
-    throw UserError(run.config.data.path + " has neither val nor test views; use --split train");
+    throw UserError(run.config.data.path + " has neither a val nor a test split; use --split train");
   if (run.comm->rank() == 0) std::cout << result.dump() << std::endl;
   return kExitOk;
 }
@@ -98,9 +98,13 @@ std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
 
 int run_render(const SnapshotCommandOptions& o) {
   const Session run = restore(o);
+  const auto* scene = dynamic_cast<const data::SceneReader*>(run.dataset.get());
+  if (!scene)
+    throw UserError(run.config.data.path + ": model '" + run.config.model.name + "' trains on " +
+                    run.dataset->summary() + ", not on camera views: there is nothing to render");
   std::vector<std::pair<std::string, data::Camera>> views;
   if (o.orbit > 0) {
-    const auto cameras = orbit_cameras(*run.scene, o.orbit);
+    const auto cameras = orbit_cameras(*scene, o.orbit);
     for (size_t i = 0; i < cameras.size(); ++i) {
       char name[32];
       std::snprintf(name, sizeof name, "orbit-%03zu.png", i);
@@ -108,10 +112,10 @@ int run_render(const SnapshotCommandOptions& o) {
     }
   } else {
     const std::string split = o.split.empty() ? "test" : o.split;
-    for (size_t index : run.scene->indices(parse_split(split))) {
+    for (size_t index : scene->indices(parse_split(split))) {
       char name[48];
       std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
-      views.emplace_back(name, run.scene->cameras()[index]);
+      views.emplace_back(name, scene->cameras()[index]);
     }
     if (views.empty())
       throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");

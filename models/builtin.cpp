@@ -1,6 +1,7 @@
 // The list of built-in model families (one line per family folder of models/) and their benches.
 #include "models/builtin.h"
 
+#include "models/diffusion/diffusion_family.h"
 #include "models/gaussians/gaussian_family.h"
 #include "models/nerf/nerf_family.h"
 
@@ -9,6 +10,7 @@ namespace tessera::models {
 void register_builtin_families(FamilyRegistry& registry) {
   nerf::register_nerf_families(registry);           // nerf-hash, nerf-mlp (models/nerf/)
   gaussians::register_gaussian_family(registry);    // gaussians (models/gaussians/)
+  diffusion::register_diffusion_family(registry);   // point-diffusion (models/diffusion/)
 }
 
 void register_builtin_models(ModelRegistry& registry) { nerf::register_nerf_models(registry); }

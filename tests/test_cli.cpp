@@ -487,6 +487,39 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   EXPECT_EQ(renders, 1u) << "one eval view at the end";
 }
 
+// The third family end to end: shapes from `synth`, `train` on 2 ranks, `eval` of its snapshot,
+// and `render`, which has no camera to render, refused.
+TEST_F(CliTest, PointDiffusionTrainsOnTwoRanksAndItsSnapshotEvaluates) {
+  const std::string shapes = temp_dir_ + "/shapes.h5";
+  const std::string out_dir = temp_dir_ + "/diffusion";
+  ASSERT_EQ(tessera({"synth", "--preset", "shapes", "--count", "20", "--points", "64", "--out",
+                     shapes}).exit_code, 0);
+  const CommandResult r = tessera({"train", demo_config_, "--set", "model.name=point-diffusion",
+                                   "--set", "data.path=" + shapes});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);  // the demo's [nerf] keys are not this model's
+  EXPECT_TRUE(contains(r.err, "key 'nerf.rays_per_step' is not read by model 'point-diffusion'"))
+      << describe(r);
+  const std::string config = temp_file(
+      "diffusion.toml", "[model]\nname = \"point-diffusion\"\n[data]\npath = \"" + shapes +
+                            "\"\n[run]\nout_dir = \"" + out_dir + "\"\n[train]\nsteps = 4\n"
+                            "log_every = 2\n[diffusion]\nwidth = 16\ndepth = 1\nheads = 2\n"
+                            "tokens = 32\nbatch = 4\nwarmup_steps = 0\n");
+  const CommandResult train = mpi_tessera(2, {"train", config});
+  ASSERT_EQ(train.exit_code, 0) << describe(train);
+  EXPECT_TRUE(contains(train.err, "step 4/4 loss ")) << describe(train);
+  EXPECT_TRUE(contains(train.err, "shapes/s")) << describe(train);
+  EXPECT_TRUE(contains(train.err, "eval denoise_loss ")) << describe(train);
+  const std::string snapshot = out_dir + "/snapshots/step-00000004.h5";
+  const CommandResult eval = mpi_tessera(2, {"eval", snapshot});
+  ASSERT_EQ(eval.exit_code, 0) << describe(eval);
+  EXPECT_TRUE(contains(eval.out, "\"model\":\"point-diffusion\"")) << describe(eval);
+  EXPECT_TRUE(contains(eval.out, "\"val\":{\"denoise_loss\":")) << describe(eval);
+  const CommandResult render = tessera({"render", snapshot, "--out", temp_dir_ + "/r"});
+  EXPECT_EQ(render.exit_code, 2) << describe(render);
+  EXPECT_TRUE(contains(render.err, "not on camera views: there is nothing to render"))
+      << describe(render);
+}
+
 // ---- config-reference --------------------------------------------------------------------------
 
 TEST_F(CliTest, ConfigReferenceMatchesDocs) {

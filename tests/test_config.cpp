@@ -15,6 +15,7 @@
 #include "framework/config.h"
 #include "framework/family.h"
 #include "models/builtin.h"
+#include "models/diffusion/diffusion_config.h"
 #include "models/gaussians/gaussian_family.h"
 #include "models/nerf/nerf_config.h"
 #include "models/nerf/nerf_family.h"
@@ -253,7 +254,7 @@ TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheSectionsKeys) {
 TEST(ConfigErrors, UnknownSectionListsKnownSections) {
   const std::string known =
       "known sections: run, data, model, train, sampling, checkpoint, snapshot, eval, distributed, "
-      "nerf, gaussians";
+      "nerf, gaussians, diffusion";
   EXPECT_EQ(parse_error("\n[trian]\nsteps = 1\n"),
             "cfg.toml:2: unknown section 'trian' (did you mean 'train'?); " + known);
   EXPECT_EQ(parse_error("[optimizer]\n"), "cfg.toml:1: unknown section 'optimizer'; " + known);
@@ -527,6 +528,14 @@ TEST(ConfigFamilies, AKeyTheModelDoesNotReadIsRefusedByName) {
   EXPECT_EQ(parse_error("[model]\nname = \"gaussians\"\n[checkpoint]\nsegments = \"a\"\n"),
             "cfg.toml:4: key 'checkpoint.segments' is not read by model 'gaussians' (only by "
             "nerf-hash, nerf-mlp); remove it, or set model.name to a model that reads it");
+  // The third family's section, and a framework key it does not read.
+  EXPECT_EQ(parse_error("[model]\nname = \"point-diffusion\"\n[sampling]\nschedule = \"step\"\n"),
+            "cfg.toml:4: key 'sampling.schedule' is not read by model 'point-diffusion' (only by "
+            "nerf-hash, nerf-mlp, gaussians); remove it, or set model.name to a model that reads "
+            "it");
+  EXPECT_EQ(parse_config("[model]\nname = \"point-diffusion\"\n[diffusion]\nwidth = 64\n", "t")
+                .section<models::diffusion::DiffusionOptions>().width,
+            64);
   // The model an override chooses decides.
   EXPECT_NE(parse_error("[nerf]\nlr = 0.02\n", {"model.name=gaussians"})
                 .find("cfg.toml:2: key 'nerf.lr' is not read by model 'gaussians'"),
@@ -548,7 +557,8 @@ TEST(ConfigFamilies, ChecksAcrossKeysNameThem) {
   const Config segments = parse_config("[model]\nname = \"gaussians\"\n[checkpoint]\n"
                                        "policy = \"segments\"\n", "cfg.toml");
   EXPECT_NE(error_of([&] { families().get("gaussians", "t").check_config(segments); })
-                .find("checkpoint.policy = \"segments\" recomputes a NeRF model's segments"),
+                .find("checkpoint.policy = \"segments\" is another model's; a `gaussians` run "
+                      "takes \"budget\""),
             std::string::npos);
 }
 

@@ -60,7 +60,7 @@ double train_and_eval(const std::string& path) {
   o.random_background = true;
   Trainer trainer(*test::g_context, test::cpu_world(), *model, scene, o);
   for (int64_t t = 0; t < o.steps; ++t) trainer.train_step(t);
-  return trainer.evaluate(o.steps, /*write=*/false).psnr;
+  return trainer.evaluate(o.steps, /*write=*/false).value("psnr");
 }
 
 TEST(LensTraining, HonoringDistortionRecoversThePsnrThatIgnoringItLoses) {

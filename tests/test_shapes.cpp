@@ -149,8 +149,10 @@ TEST(ShapesFile, RoundTripReadsAnySubsetByShape) {
   const ShapesReader reader(path);
   EXPECT_EQ(reader.count(), 30);
   EXPECT_EQ(reader.points_per_shape(), 64);
-  EXPECT_EQ(reader.indices(Split::Val), (std::vector<int64_t>{0, 10, 20}));
-  EXPECT_EQ(reader.indices(Split::Test), (std::vector<int64_t>{5, 15, 25}));
+  EXPECT_EQ(reader.indices(Split::Val), (std::vector<size_t>{0, 10, 20}));
+  EXPECT_EQ(reader.indices(Split::Test), (std::vector<size_t>{5, 15, 25}));
+  EXPECT_EQ(reader.summary(), "30 shapes of 64 points");
+  EXPECT_EQ(reader.fingerprint().size(), 16u);
   EXPECT_EQ(reader.indices(Split::Train).size(), 24u);
   const ShapeBatch batch = reader.read({12, 3, 12});
   ASSERT_EQ(batch.points.sizes(), (std::vector<int64_t>{3, 64, 3}));

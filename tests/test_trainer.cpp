@@ -336,8 +336,8 @@ TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
   Trainer trainer(*test::g_context, world(), model, *scene_, o);
   const TrainSummary s = trainer.run();
   EXPECT_EQ(s.steps, 4);
-  EXPECT_EQ(s.eval_views, 1);
-  EXPECT_GT(s.eval_psnr, 0.0);
+  EXPECT_EQ(s.eval.items, 1);
+  EXPECT_GT(s.eval.value("psnr"), 0.0);
   EXPECT_GT(s.work_per_s, 0.0);
   std::fprintf(stderr, "[rank %d] test model: %.0f rays/s on %d ranks\n", world().rank(),
                s.work_per_s, world().size());

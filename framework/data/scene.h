@@ -12,13 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "framework/data/dataset.h"
+
 namespace tessera::data {
 
 constexpr const char* kSceneFormat = "tessera-scene";
 constexpr int kSceneVersion = 1;
-
-enum class Split : uint8_t { Train = 0, Val = 1, Test = 2 };
-const char* to_string(Split split);
 
 // One pinhole camera with OpenCV distortion and an OpenCV-convention pose
 // (x right, y down, z forward; camera_to_world maps camera coordinates to world coordinates).
@@ -82,14 +81,14 @@ class SceneWriter {
 
 // Reads a dataset. Opening validates the format, the version (a newer one is refused), the
 // layout and every camera; problems throw UserError naming the file and what is wrong.
-class SceneReader {
+class SceneReader : public Dataset {
  public:
   explicit SceneReader(const std::string& path);
-  ~SceneReader();
+  ~SceneReader() override;
   SceneReader(const SceneReader&) = delete;
   SceneReader& operator=(const SceneReader&) = delete;
 
-  const std::string& path() const;
+  const std::string& path() const override;
   const SceneMeta& meta() const;
   const std::vector<Camera>& cameras() const;
   int version() const;
@@ -104,7 +103,10 @@ class SceneReader {
   torch::Tensor read_image_over_background(size_t index) const;
   torch::Tensor read_points_xyz() const;         // float32 [P, 3] (P = 0 when none)
   torch::Tensor read_points_rgb() const;         // uint8 [P, 3]
-  std::vector<size_t> indices(Split split) const;  // camera indices of a split, ascending
+  std::vector<size_t> indices(Split split) const override;  // camera indices, ascending
+  // Of the bounds, near, far and every camera (not the pixels: a re-encoded image keeps it).
+  std::string fingerprint() const override;
+  std::string summary() const override;  // "24 cameras"
 
  private:
   struct Impl;

@@ -1,7 +1,10 @@
 // SceneReader: opens a tessera-scene file read-only, validates format, version, layout and every
 // camera, and reads one image at a time (a hyperslab of one chunk, or one per-image dataset).
+#include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
+#include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/data/h5.h"
 #include "framework/data/scene.h"
@@ -284,5 +287,25 @@ std::vector<size_t> SceneReader::indices(Split split) const {
     if (impl_->cameras[i].split == split) result.push_back(i);
   return result;
 }
+
+std::string SceneReader::fingerprint() const {
+  std::ostringstream text;
+  text.precision(17);
+  const auto& m = meta();
+  for (double b : m.scene_bounds) text << b << ',';
+  text << m.near << ',' << m.far << ';';
+  for (const auto& c : cameras()) {
+    text << c.fx << ',' << c.fy << ',' << c.cx << ',' << c.cy << ',' << c.width << ','
+         << c.height << ',' << static_cast<int>(c.split);
+    for (double v : c.camera_to_world) text << ',' << v;
+    text << ';';
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
+  return hex;
+}
+
+std::string SceneReader::summary() const { return std::to_string(cameras().size()) + " cameras"; }
 
 }  // namespace tessera::data

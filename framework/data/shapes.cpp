@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
+#include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/data/h5.h"
 
@@ -182,10 +184,10 @@ ShapesReader::~ShapesReader() = default;
 Split ShapesReader::split(int64_t index) const { return static_cast<Split>(split_.at(index)); }
 Kind ShapesReader::kind(int64_t index) const { return static_cast<Kind>(kind_.at(index)); }
 
-std::vector<int64_t> ShapesReader::indices(Split split) const {
-  std::vector<int64_t> out;
+std::vector<size_t> ShapesReader::indices(Split split) const {
+  std::vector<size_t> out;
   for (int64_t i = 0; i < count_; ++i)
-    if (split_[i] == static_cast<uint8_t>(split)) out.push_back(i);
+    if (split_[i] == static_cast<uint8_t>(split)) out.push_back(static_cast<size_t>(i));
   return out;
 }
 
@@ -212,8 +214,15 @@ std::string ShapesReader::fingerprint() const {
   std::ostringstream text;
   text << kShapesFormat << " v" << kShapesVersion << " " << count_ << "x" << points_ << " "
        << source_ << " ";
-  for (int64_t i = 0; i < count_; ++i) text << int(split_[i]) << kind_[i];
-  return text.str();
+  for (int64_t i = 0; i < count_; ++i) text << int(split_[i]) << kind_[i] << ',';
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
+  return hex;
+}
+
+std::string ShapesReader::summary() const {
+  return std::to_string(count_) + " shapes of " + std::to_string(points_) + " points";
 }
 
 }  // namespace tessera::data::shapes

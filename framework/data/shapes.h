@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/scene.h"
+#include "framework/data/dataset.h"
 
 namespace tessera::data::shapes {
 
@@ -113,24 +113,26 @@ struct ShapeBatch {
 // Reads a tessera-shapes v1 file. The constructor reads the root attributes, /split and /kind and
 // checks every dataset's type and shape (UserError "PATH: ..." naming what is wrong); the points
 // are read only by read(), shape by shape (each shape is one chunk).
-class ShapesReader {
+class ShapesReader : public Dataset {
  public:
   explicit ShapesReader(const std::string& path);
-  ~ShapesReader();
+  ~ShapesReader() override;
   ShapesReader(const ShapesReader&) = delete;
   ShapesReader& operator=(const ShapesReader&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
   int64_t count() const { return count_; }
   int64_t points_per_shape() const { return points_; }
   const std::string& source() const { return source_; }
   Split split(int64_t index) const;
   Kind kind(int64_t index) const;
-  std::vector<int64_t> indices(Split split) const;  // ascending
+  std::vector<size_t> indices(Split split) const override;  // shape indices, ascending
   // The shapes `ids` (any order, repeats allowed), in that order.
   ShapeBatch read(const std::vector<int64_t>& ids) const;
-  // What identifies the data for snapshots: format, sizes, source, splits and kinds.
-  std::string fingerprint() const;
+  // Of the format, sizes, source, splits and kinds (not the points: a file is generated whole).
+  std::string fingerprint() const override;
+  std::string summary() const override;  // "1000 shapes of 2048 points"
+
 
  private:
   struct Impl;

@@ -17,7 +17,7 @@
 namespace tessera::models::gaussians {
 
 GaussianFamily::GaussianFamily(const FamilyContext& c)
-    : comm_(c.comm), trainer_(c.comm, c.scene, gaussian_trainer_options(c.config)) {}
+    : comm_(c.comm), trainer_(c.comm, c.scene(), gaussian_trainer_options(c.config)) {}
 
 std::string GaussianFamily::model_name() const { return GaussianTrainer::kSnapshotModel; }
 
@@ -67,7 +67,7 @@ void GaussianFamily::apply_step(const StepControl& control, bool skipped, StepRe
 EvalScores GaussianFamily::evaluate(int64_t step, const std::vector<size_t>& views,
                                     const ImageSink& on_image) {
   const GaussianTrainer::EvalScores s = trainer_.evaluate(views, on_image, sh_degree(step));
-  return {s.views, s.psnr, s.ssim};
+  return image_scores(s.views, s.psnr, s.ssim);
 }
 
 torch::Tensor GaussianFamily::render_camera(const data::Camera& camera, int64_t step) {
@@ -148,10 +148,10 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   o.init.seed = static_cast<uint64_t>(config.run.seed);
   // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
   o.sampling = sampling_options(config);
-  if (config.checkpoint.policy == "segments")
-    throw UserError(config.source_path + ": checkpoint.policy = \"segments\" recomputes a NeRF "
-                    "model's segments; a `gaussians` run takes \"budget\" (the views per pass "
-                    "that fit checkpoint.budget_mib) or \"none\"");
+  if (config.checkpoint.policy != "none" && config.checkpoint.policy != "budget")
+    throw UserError(config.source_path + ": checkpoint.policy = \"" + config.checkpoint.policy +
+                    "\" is another model's; a `gaussians` run takes \"budget\" (the views per "
+                    "pass that fit checkpoint.budget_mib) or \"none\"");
   if (config.checkpoint.policy == "budget") {
     if (!(config.checkpoint.budget_mib > 0))
       throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "

@@ -128,7 +128,7 @@ void GaussianTrainer::save_snapshot(distributed::ProcessContext& context, const 
   meta.step = steps_done_;
   meta.model = kSnapshotModel;
   meta.config_toml = config_toml;
-  meta.dataset_fingerprint = dataset_fingerprint(scene_);
+  meta.dataset_fingerprint = scene_.fingerprint();
   SnapshotWriterOptions wo;
   wo.parallel = parallel;
   SnapshotWriter writer(context, path, meta, wo);
@@ -182,7 +182,7 @@ int64_t GaussianTrainer::load_snapshot(const std::string& path) {
   std::unique_ptr<SnapshotReader> reader;
   try {
     reader = std::make_unique<SnapshotReader>(path);
-    check_snapshot_matches_run(path, reader->meta(), kSnapshotModel, dataset_fingerprint(scene_),
+    check_snapshot_matches_run(path, reader->meta(), kSnapshotModel, scene_.fingerprint(),
                                options_.steps);
   } catch (const UserError& e) {
     error = e.what();

@@ -83,15 +83,19 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
   FamilyInfo info;
   info.name = name;
   info.create = [make](const FamilyContext& c) -> std::unique_ptr<ModelFamily> {
-    std::unique_ptr<Model> model = make(c.config, ModelContext::from_scene(c.scene, c.device));
+    std::unique_ptr<Model> model = make(c.config, ModelContext::from_scene(c.scene(), c.device));
     Model& raw = *model;
-    auto trainer = std::make_unique<Trainer>(c.process, c.comm, std::move(model), c.scene,
+    auto trainer = std::make_unique<Trainer>(c.process, c.comm, std::move(model), c.scene(),
                                              trainer_options(c.config));
     apply_checkpoint_policy(c.config, raw, *trainer, c.comm, c.device);
     return trainer;
   };
   info.check_config = [](const Config& config) {
     check_nerf_config(config.section<NerfConfig>(), config.source_path);
+    const std::string& policy = config.checkpoint.policy;
+    if (policy != "none" && policy != "segments" && policy != "budget")
+      throw UserError(config.source_path + ": checkpoint.policy = \"" + policy + "\" is not one "
+                      "of the NeRF models': none, segments, budget");
     // The schedules check their own combinations (e.g. rate_min <= rate_max) when built.
     const TrainerOptions o = trainer_options(config);
     LrSchedule{o.lr};

@@ -1,0 +1,83 @@
+// The [diffusion] config section: every key bound to a DiffusionOptions field.
+#include "models/diffusion/diffusion_config.h"
+
+#include "distributed/errors.h"
+
+namespace tessera::models::diffusion {
+namespace {
+
+using config_schema::KeySpec;
+
+template <typename Field>
+KeySpec diffusion_key(const char* name, Field field) {
+  return config_schema::section_key<DiffusionOptions>(name, field);
+}
+
+}  // namespace
+
+std::vector<std::string> diffusion_unused_keys() {
+  // No sampling schedule (every step draws `batch` shapes), no NeRF segments, and activation
+  // checkpointing by budget is not planned yet for this family.
+  return {"sampling.schedule",   "sampling.rate_max",   "sampling.rate_min",
+          "sampling.step_every", "sampling.step_factor", "sampling.rescale_lr",
+          "checkpoint.segments", "checkpoint.every",     "checkpoint.budget_mib"};
+}
+
+config_schema::SectionSpec diffusion_config_section() {
+  config_schema::SectionSpec section;
+  section.name = DiffusionOptions::kSection;
+  section.models = {"point-diffusion"};
+  section.doc = "A Point-E-style transformer that denoises point clouds (docs/diffusion.md), "
+                "trained on a tessera-shapes dataset (`tessera synth --preset shapes`).";
+  section.keys = {
+      diffusion_key("width", [](auto& o) -> auto& { return o.width; })
+          .range(8, 8192)
+          .doc("Width of the transformer (channels per token); a multiple of `heads`."),
+      diffusion_key("depth", [](auto& o) -> auto& { return o.depth; })
+          .range(1, 256)
+          .doc("Transformer blocks."),
+      diffusion_key("heads", [](auto& o) -> auto& { return o.heads; })
+          .range(1, 256)
+          .doc("Attention heads per block."),
+      diffusion_key("tokens", [](auto& o) -> auto& { return o.tokens; })
+          .range(1, 1 << 20)
+          .doc("Points per shape the model sees (one token each): the first `tokens` of the dataset's points, which are uniform on the surface; at most the dataset's points per shape."),
+      diffusion_key("dropout", [](auto& o) -> auto& { return o.dropout; })
+          .range(0, 0.9)
+          .doc("Dropout after attention and in the MLPs (0 = off)."),
+      diffusion_key("timesteps", [](auto& o) -> auto& { return o.timesteps; })
+          .range(2, 100000)
+          .doc("Noise levels T of the cosine schedule (Nichol & Dhariwal; Point-E: 1024)."),
+      diffusion_key("batch", [](auto& o) -> auto& { return o.batch; })
+          .range(1, 1 << 20)
+          .doc("Shapes per step, split evenly across ranks; each has its own noise level and noise."),
+      diffusion_key("micro_batches", [](auto& o) -> auto& { return o.micro_batches; })
+          .range(1, 4096)
+          .doc("Gradient accumulation: micro-batches per step on each rank (same result as one batch)."),
+      diffusion_key("lr", [](auto& o) -> auto& { return o.lr; })
+          .range_open_low(0, 10)
+          .doc("Peak learning rate (Adam)."),
+      diffusion_key("lr_schedule", [](auto& o) -> auto& { return o.lr_schedule; })
+          .one_of({"constant", "exponential", "cosine"})
+          .doc("Learning-rate schedule from `diffusion.lr` to `diffusion.final_lr` (docs/training.md)."),
+      diffusion_key("final_lr", [](auto& o) -> auto& { return o.final_lr; })
+          .range_open_low(0, 10)
+          .doc("Learning rate at the last step (exponential and cosine schedules)."),
+      diffusion_key("warmup_steps", [](auto& o) -> auto& { return o.warmup_steps; })
+          .range(0, config_schema::kMaxSteps)
+          .doc("Steps of linear learning-rate warm-up."),
+      diffusion_key("adam_eps", [](auto& o) -> auto& { return o.adam_eps; })
+          .range(0, 1)
+          .doc("Adam's epsilon."),
+  };
+  return section;
+}
+
+void check_diffusion_options(const DiffusionOptions& o, const std::string& origin) {
+  const std::string where = origin.empty() ? "" : origin + ": ";
+  if (o.width % o.heads != 0)
+    throw UserError(where + "diffusion.width (" + std::to_string(o.width) +
+                    ") must be a multiple of diffusion.heads (" + std::to_string(o.heads) + ")");
+}
+
+}  // namespace tessera::models::diffusion

@@ -1,0 +1,267 @@
+// The point-diffusion family: DDPM training of the PointDenoiser on tessera-shapes, with per-shape
+// randomness keyed by (seed, step, position in the batch) so that N ranks train like one.
+#include "models/diffusion/diffusion_family.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "distributed/agreement.h"
+#include "distributed/errors.h"
+#include "framework/adam_state.h"
+#include "framework/autocast.h"
+#include "framework/micro_batch.h"
+#include "framework/run.h"
+
+namespace tessera::models::diffusion {
+
+namespace {
+
+// Purposes of the counter-based randomness: which shapes an epoch visits, and each sample's
+// noise level and noise.
+constexpr uint64_t kEpochPurpose = 0x45504f4348ull;  // "EPOCH"
+constexpr uint64_t kNoisePurpose = 0x4e4f495345ull;  // "NOISE"
+constexpr uint64_t kEvalPurpose = 0x4556414cull;     // "EVAL"
+constexpr int64_t kChannels = 6;                     // xyz, rgb
+
+uint64_t mix(uint64_t a, uint64_t b) {  // SplitMix64 of the pair: decorrelated, platform-exact
+  uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+torch::Generator generator(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b) {
+  return at::make_generator<at::CPUGeneratorImpl>(mix(mix(mix(seed, purpose), a), b));
+}
+
+const data::shapes::ShapesReader& shapes_of(const FamilyContext& c) {
+  const auto* shapes = dynamic_cast<const data::shapes::ShapesReader*>(&c.dataset);
+  if (!shapes) throw std::logic_error("point-diffusion: the dataset is not a tessera-shapes file");
+  return *shapes;
+}
+
+LrScheduleOptions lr_options(const DiffusionOptions& o, int64_t steps) {
+  LrScheduleOptions lr;
+  lr.name = o.lr_schedule;
+  lr.lr = o.lr;
+  lr.final_lr = o.final_lr;
+  lr.total_steps = steps;
+  lr.warmup_steps = o.warmup_steps;
+  return lr;
+}
+
+}  // namespace
+
+DiffusionFamily::DiffusionFamily(const FamilyContext& c)
+    : comm_(c.comm),
+      shapes_(shapes_of(c)),
+      options_(c.config.section<DiffusionOptions>()),
+      seed_(static_cast<uint64_t>(c.config.run.seed)),
+      device_(c.device),
+      recompute_(parse_recompute(c.config.checkpoint.policy)),
+      schedule_(options_.timesteps),
+      lr_(lr_options(options_, c.config.train.steps)),
+      train_(shapes_.indices(data::Split::Train)) {
+  check_diffusion_options(options_, c.config.source_path);
+  if (options_.tokens > shapes_.points_per_shape())
+    throw UserError(shapes_.path() + ": diffusion.tokens = " + std::to_string(options_.tokens) +
+                    " is more than its " + std::to_string(shapes_.points_per_shape()) +
+                    " points per shape");
+  if (train_.empty()) throw UserError(shapes_.path() + ": no shape in the train split");
+  if (options_.batch < comm_.size() * options_.micro_batches)
+    throw UserError("diffusion.batch = " + std::to_string(options_.batch) + " gives fewer shapes " +
+                    "per rank than diffusion.micro_batches = " +
+                    std::to_string(options_.micro_batches) + " on " +
+                    std::to_string(comm_.size()) + " rank(s)");
+  DenoiserOptions d;
+  d.width = options_.width;
+  d.depth = options_.depth;
+  d.heads = options_.heads;
+  d.channels = kChannels;
+  d.dropout = options_.dropout;
+  model_ = std::make_unique<PointDenoiser>(d, seed_, device_);
+  optimizer_ = std::make_unique<torch::optim::Adam>(
+      model_->parameters(), torch::optim::AdamOptions(options_.lr).eps(options_.adam_eps));
+  distributed::GradientSyncOptions sync;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  sync.first_bucket_bytes = static_cast<int64_t>(c.config.distributed.first_bucket_mib * kMiB);
+  sync.bucket_bytes = static_cast<int64_t>(c.config.distributed.bucket_mib * kMiB);
+  sync_ = std::make_unique<distributed::GradientSynchronizer>(c.process, comm_,
+                                                              model_->parameters(), sync);
+}
+
+DiffusionFamily::~DiffusionFamily() = default;
+
+void DiffusionFamily::on_start(int64_t first_step) {
+  spdlog::info("point-diffusion: {} parameters (width {}, depth {}, heads {}), {} tokens, "
+               "batch {} shapes over {} rank(s), {} train shapes, from step {}",
+               model_->parameter_count(), options_.width, options_.depth, options_.heads,
+               options_.tokens, options_.batch, comm_.size(), train_.size(), first_step);
+}
+
+std::vector<int64_t> DiffusionFamily::batch_shapes(int64_t step) {
+  // Position p of the stream of samples is step * batch + j; epoch p / n visits the train shapes
+  // in its own permutation.
+  const int64_t n = static_cast<int64_t>(train_.size());
+  std::vector<int64_t> ids;
+  for (int64_t j = 0; j < options_.batch; ++j) {
+    const int64_t position = step * options_.batch + j;
+    const int64_t epoch = position / n;
+    auto it = epochs_.find(epoch);
+    if (it == epochs_.end()) {
+      if (epochs_.size() > 2) epochs_.erase(epochs_.begin());  // steps only move forward
+      torch::Generator gen = generator(seed_, kEpochPurpose, static_cast<uint64_t>(epoch), 0);
+      const torch::Tensor order = torch::randperm(n, gen, torch::kInt64);
+      std::vector<int64_t> perm(n);
+      for (int64_t i = 0; i < n; ++i) perm[i] = static_cast<int64_t>(train_[order[i].item<int64_t>()]);
+      it = epochs_.emplace(epoch, std::move(perm)).first;
+    }
+    ids.push_back(it->second[position % n]);
+  }
+  return ids;
+}
+
+torch::Tensor DiffusionFamily::clean_points(const std::vector<int64_t>& ids) const {
+  const data::shapes::ShapeBatch batch = shapes_.read(ids);
+  const int64_t tokens = options_.tokens;
+  return torch::cat({batch.points.narrow(1, 0, tokens), batch.colors.narrow(1, 0, tokens) * 2 - 1},
+                    2)
+      .to(device_);
+}
+
+StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
+  const int64_t step = control.step;
+  step_lr_ = lr_.at(step);
+  for (auto& group : optimizer_->param_groups())
+    static_cast<torch::optim::AdamOptions&>(group.options()).lr(step_lr_);
+  const std::vector<int64_t> ids = batch_shapes(step);
+  const int64_t b = options_.batch, rank = comm_.rank(), size = comm_.size();
+  const int64_t begin = b * rank / size, end = b * (rank + 1) / size;  // this rank's samples
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
+  const int64_t k_count = options_.micro_batches;
+  for (int64_t k = 0; k < k_count; ++k) {
+    const int64_t lo = begin + (end - begin) * k / k_count;
+    const int64_t hi = begin + (end - begin) * (k + 1) / k_count;
+    std::vector<int64_t> micro_ids(ids.begin() + lo, ids.begin() + hi);
+    const torch::Tensor x0 = clean_points(micro_ids);
+    std::vector<torch::Tensor> levels, noises;
+    for (int64_t j = lo; j < hi; ++j) {  // each sample's randomness: (seed, step, j) only
+      torch::Generator gen = generator(seed_, kNoisePurpose, static_cast<uint64_t>(step),
+                                       static_cast<uint64_t>(j));
+      levels.push_back(torch::randint(options_.timesteps, {1}, gen, torch::kInt64));
+      noises.push_back(torch::randn({options_.tokens, kChannels}, gen, torch::kFloat32));
+    }
+    const torch::Tensor t = torch::cat(levels).to(device_);
+    const torch::Tensor noise = torch::stack(noises).to(device_);
+    const torch::Tensor xt = schedule_.add_noise(x0, t, noise);
+    torch::Tensor per_sample;
+    {
+      AutocastScope autocast(control.precision, device_);
+      const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute_);
+      per_sample = (predicted.to(torch::kFloat32) - noise).pow(2).mean({1, 2});
+    }
+    // The global loss is the mean over the batch: each rank's share is its sum / batch, and the
+    // synchronizer sums the gradients over ranks.
+    const torch::Tensor loss = per_sample.sum() / static_cast<double>(b);
+    loss_sum += loss.detach().to(torch::kFloat64).cpu();
+    micro_batch_backward(*sync_, loss, control.loss_scale, /*last=*/k + 1 == k_count);
+  }
+  sync_->finish();
+  torch::Tensor global = loss_sum.to(comm_.device()).reshape({1});
+  comm_.allreduce(global, distributed::ReduceOp::Sum);
+  StepRecord record;
+  record.loss = global.item<double>();
+  record.work = static_cast<double>(b);
+  record.fields = {{"lr", step_lr_}};
+  char progress[32];
+  std::snprintf(progress, sizeof progress, "lr %.1e", step_lr_);
+  record.progress = progress;
+  return record;
+}
+
+std::vector<torch::Tensor> DiffusionFamily::gradients() {
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : model_->parameters()) grads.push_back(p.grad());
+  return grads;
+}
+
+void DiffusionFamily::apply_step(const StepControl&, bool skipped, StepRecord&) {
+  if (!skipped) optimizer_->step();
+  optimizer_->zero_grad(/*set_to_none=*/true);
+}
+
+EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, const ImageSink&) {
+  torch::NoGradGuard no_grad;
+  double sum = 0.0;
+  for (size_t i = comm_.rank(); i < items.size(); i += comm_.size()) {
+    const int64_t id = static_cast<int64_t>(items[i]);
+    const torch::Tensor x0 = clean_points({id}).expand({kEvalLevels, -1, -1});
+    std::vector<int64_t> levels;
+    for (int64_t k = 0; k < kEvalLevels; ++k)
+      levels.push_back((2 * k + 1) * options_.timesteps / (2 * kEvalLevels));
+    const torch::Tensor t = torch::tensor(levels, torch::kInt64).to(device_);
+    torch::Generator gen = generator(seed_, kEvalPurpose, static_cast<uint64_t>(id), 0);
+    const torch::Tensor noise =
+        torch::randn({kEvalLevels, options_.tokens, kChannels}, gen, torch::kFloat32).to(device_);
+    const torch::Tensor predicted =
+        model_->forward(schedule_.add_noise(x0, t, noise), t, /*training=*/false);
+    sum += (predicted - noise).pow(2).mean().item<double>();
+  }
+  torch::Tensor total = torch::tensor({sum}, torch::TensorOptions().dtype(torch::kFloat64))
+                            .to(comm_.device());
+  comm_.allreduce(total, distributed::ReduceOp::Sum);
+  EvalScores scores;
+  scores.items = static_cast<int64_t>(items.size());
+  scores.unit = "shapes";
+  if (!items.empty())
+    scores.metrics = {{"denoise_loss", total.item<double>() / static_cast<double>(items.size())}};
+  return scores;
+}
+
+torch::Tensor DiffusionFamily::render_camera(const data::Camera&, int64_t) {
+  throw UserError("point-diffusion renders no camera views: its snapshots hold a point-cloud "
+                  "model (`tessera eval` scores it)");
+}
+
+void DiffusionFamily::save_state(SnapshotWriter& writer) {
+  write_adam_params(writer, model_->named_parameters(), *optimizer_);
+  writer.write_replicated(snapshot_state("lr"),
+                          torch::tensor(lr_.at(writer.meta().step), torch::kFloat64));
+}
+
+void DiffusionFamily::load_state(const SnapshotReader& reader) {
+  read_adam_params(reader, model_->named_parameters(), *optimizer_, "the [diffusion] keys");
+}
+
+std::string DiffusionFamily::describe() {
+  return std::to_string(model_->parameter_count()) + " parameters";
+}
+
+std::string DiffusionFamily::not_learning_causes() const {
+  return "(4) learning rate: diffusion.lr too high (loss stuck near 1) or too low; "
+         "(5) a dataset whose shapes all differ in scale or centre more than the noise can "
+         "explain.";
+}
+
+void register_diffusion_family(FamilyRegistry& registry) {
+  FamilyInfo info;
+  info.name = kModelName;
+  info.create = [](const FamilyContext& c) { return std::make_unique<DiffusionFamily>(c); };
+  info.check_config = [](const Config& config) {
+    const DiffusionOptions& o = config.section<DiffusionOptions>();
+    check_diffusion_options(o, config.source_path);
+    parse_recompute(config.checkpoint.policy);
+    LrSchedule{lr_options(o, config.train.steps)};
+  };
+  info.open_dataset = [](const std::string& path) -> std::unique_ptr<data::Dataset> {
+    return std::make_unique<data::shapes::ShapesReader>(path);
+  };
+  info.config_sections = {diffusion_config_section()};
+  info.unused_keys = diffusion_unused_keys();
+  registry.add(std::move(info));
+}
+
+}  // namespace tessera::models::diffusion

@@ -1,0 +1,241 @@
+// Tests of the point-diffusion family (models/diffusion/, docs/diffusion.md) on 1, 2 and 3 ranks:
+// the cosine schedule, N ranks train like one, accumulation and checkpointing are exact, resume is
+// exact, the held-out denoising loss falls, and bad datasets or sizes are refused.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/errors.h"
+#include "distributed/mpi_communicator.h"
+#include "framework/config.h"
+#include "framework/data/shapes.h"
+#include "framework/data/synth.h"
+#include "framework/run.h"
+#include "framework/snapshot.h"
+#include "models/builtin.h"
+#include "models/diffusion/diffusion_family.h"
+#include "models/diffusion/noise_schedule.h"
+#include "tests/mpi_test_env.h"
+#include "tests/test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace df = models::diffusion;
+
+distributed::Communicator& world() { return test::cpu_world(); }
+
+class DiffusionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = test::make_shared_temp_dir("tessera-diffusion", [](const std::string& dir) {
+      data::shapes::write_generated_shapes({20, 64, 1}, dir + "/shapes.h5");
+    });
+    shapes_ = std::make_unique<data::shapes::ShapesReader>(dir_ + "/shapes.h5");
+  }
+  static void TearDownTestSuite() {
+    shapes_.reset();
+    test::remove_shared_temp_dir(dir_);
+  }
+
+  // A tiny denoiser: batch 6 splits evenly over 1, 2 and 3 ranks. Adam's epsilon 1e-4 as the NeRF
+  // invariant tests: it bounds the amplification of float reassociation by Adam's division.
+  static Config config(const std::vector<std::string>& extra = {}) {
+    FamilyRegistry families;  // [diffusion] joins the config schema
+    models::register_builtin_families(families);
+    std::vector<std::string> sets = {
+        "model.name=point-diffusion", "data.path=" + dir_ + "/shapes.h5", "run.seed=5",
+        "train.steps=20", "diffusion.width=32", "diffusion.depth=2", "diffusion.heads=2",
+        "diffusion.tokens=48", "diffusion.batch=6", "diffusion.lr=1e-3",
+        "diffusion.lr_schedule=constant", "diffusion.warmup_steps=0", "diffusion.timesteps=100",
+        "diffusion.adam_eps=1e-4"};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return parse_config("", "diffusion test", sets);
+  }
+
+  static RunOptions quiet(const Config& c) {
+    RunOptions o = run_options(c);
+    o.out_dir = "";
+    o.progress = false;
+    o.log_every = 0;
+    o.check_agreement = true;
+    return o;
+  }
+
+  static std::string dir_;
+  static std::unique_ptr<data::shapes::ShapesReader> shapes_;
+};
+
+std::string DiffusionTest::dir_;
+std::unique_ptr<data::shapes::ShapesReader> DiffusionTest::shapes_;
+
+// A family and a TrainingRun over `comm`.
+struct Trained {
+  Trained(const Config& config, distributed::Communicator& comm, const data::Dataset& dataset,
+          const RunOptions& options)
+      : family(FamilyContext{config, *test::g_context, comm, dataset, torch::Device(torch::kCPU)}),
+        run(*test::g_context, comm, family, dataset, options) {}
+  df::DiffusionFamily family;
+  TrainingRun run;
+};
+
+// The largest |a - b| relative to the largest |b| of any parameter.
+double relative_difference(const df::PointDenoiser& a, const df::PointDenoiser& b) {
+  double worst = 0.0;
+  const auto& pa = a.named_parameters();
+  const auto& pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const double scale = std::max(pb[i].second.abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (pa[i].second - pb[i].second).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+TEST(NoiseSchedule, CosineScheduleFallsFromOneToZeroWithClippedBetas) {
+  const df::NoiseSchedule s(1000);
+  const torch::Tensor a = s.alphas_cumprod();
+  EXPECT_GT(a[0].item<double>(), 0.999);
+  EXPECT_LT(a[999].item<double>(), 1e-4);
+  EXPECT_TRUE((a.slice(0, 1) < a.slice(0, 0, -1)).all().item<bool>()) << "alpha_bar decreases";
+  EXPECT_LE(s.betas().max().item<double>(), 0.999);
+  // Halfway, the cosine schedule keeps about half the signal: cos^2(pi/4 (1 + s')) ~ 0.49.
+  EXPECT_NEAR(a[499].item<double>(), 0.49, 0.02);
+  // x_t = sqrt(a) x0 + sqrt(1 - a) eps.
+  const torch::Tensor x0 = torch::ones({2, 3, 6}), eps = torch::full({2, 3, 6}, 2.0);
+  const torch::Tensor t = torch::tensor({0, 999}, torch::kInt64);
+  const torch::Tensor xt = s.add_noise(x0, t, eps);
+  const double a0 = a[0].item<double>(), a1 = a[999].item<double>();
+  EXPECT_NEAR(xt[0][0][0].item<double>(), std::sqrt(a0) + 2 * std::sqrt(1 - a0), 1e-6);
+  EXPECT_NEAR(xt[1][0][0].item<double>(), std::sqrt(a1) + 2 * std::sqrt(1 - a1), 1e-6);
+}
+
+// Invariant 1: N ranks train like one (20 steps, within 1e-5 relative).
+TEST_F(DiffusionTest, NRanksTrainLikeOne) {
+  const Config c = config();
+  Trained ranks(c, world(), *shapes_, quiet(c));
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  Trained one(c, self, *shapes_, quiet(c));
+  for (int64_t t = 0; t < 20; ++t) {
+    const double a = ranks.run.train_step(t).loss, b = one.run.train_step(t).loss;
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(b)) << "step " << t;
+  }
+  EXPECT_LE(relative_difference(ranks.family.model(), one.family.model()), 1e-5);
+  EXPECT_GT(relative_difference(ranks.family.model(),
+                                df::PointDenoiser({32, 2, 2, 6, 0.0}, 5, torch::kCPU)),
+            1e-3)
+      << "the parameters trained";
+}
+
+// Invariant 2: micro-batches add up to the batch.
+TEST_F(DiffusionTest, AccumulationIsExact) {
+  const Config whole = config(), split = config({"diffusion.micro_batches=2"});
+  Trained a(whole, world(), *shapes_, quiet(whole));
+  Trained b(split, world(), *shapes_, quiet(split));
+  for (int64_t t = 0; t < 5; ++t) {
+    const double la = a.run.train_step(t).loss, lb = b.run.train_step(t).loss;
+    EXPECT_NEAR(la, lb, 1e-6 * std::abs(la)) << t;
+  }
+  EXPECT_LE(relative_difference(a.family.model(), b.family.model()), 1e-5);
+}
+
+// Invariant 3: recomputing blocks or attention cores gives the gradients of keeping everything,
+// dropout included (the checkpoint replays the generator).
+TEST_F(DiffusionTest, CheckpointingIsExactWithDropout) {
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const char* policy : {"none", "blocks", "attention"}) {
+    const Config c = config({std::string("checkpoint.policy=") + policy, "diffusion.dropout=0.2"});
+    df::DiffusionFamily family(
+        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+    torch::manual_seed(11);  // the same dropout masks for every policy
+    StepControl control;
+    control.step = 3;
+    control.seed = 5;
+    family.forward_backward(control);
+    std::vector<torch::Tensor> g;
+    for (const torch::Tensor& t : family.gradients()) g.push_back(t.clone());
+    grads.push_back(g);
+  }
+  for (size_t policy = 1; policy < grads.size(); ++policy)
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_TRUE(torch::allclose(grads[policy][i], grads[0][i], 1e-6, 1e-9))
+          << "policy " << policy << " parameter " << i << " differs by "
+          << (grads[policy][i] - grads[0][i]).abs().max().item<double>();
+}
+
+// Invariant 4: 4 steps, a snapshot and 4 more equal 8 straight, bitwise.
+TEST_F(DiffusionTest, ResumeIsExact) {
+  const Config c = config({"train.steps=8"});
+  const std::string out = dir_ + "/resume-" + std::to_string(world().size());
+  RunOptions o = quiet(c);
+  Trained straight(c, world(), *shapes_, o);
+  for (int64_t t = 0; t < 8; ++t) straight.run.train_step(t);
+  o.out_dir = out;
+  std::string snapshot;
+  {
+    Trained first(c, world(), *shapes_, o);
+    for (int64_t t = 0; t < 4; ++t) first.run.train_step(t);
+    snapshot = first.run.save_snapshot();
+  }
+  Trained resumed(c, world(), *shapes_, o);
+  resumed.run.load_snapshot(snapshot);
+  for (int64_t t = 4; t < 8; ++t) resumed.run.train_step(t);
+  const auto& a = resumed.family.model().named_parameters();
+  const auto& b = straight.family.model().named_parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+// The held-out denoising loss starts at 1 (the output layer starts at zero: no noise predicted)
+// and falls as the model learns.
+TEST_F(DiffusionTest, HeldOutDenoisingLossFalls) {
+  const Config c = config({"train.steps=60"});
+  Trained t(c, world(), *shapes_, quiet(c));
+  const std::vector<size_t> val = shapes_->indices(data::Split::Val);
+  const EvalScores before = t.family.evaluate(0, val, {});
+  EXPECT_EQ(before.items, 2);
+  EXPECT_EQ(before.unit, "shapes");
+  EXPECT_NEAR(before.value("denoise_loss"), 1.0, 0.05);
+  for (int64_t s = 0; s < 60; ++s) t.run.train_step(s);
+  const EvalScores after = t.family.evaluate(60, val, {});
+  EXPECT_LT(after.value("denoise_loss"), 0.8 * before.value("denoise_loss"));
+  EXPECT_EQ(after.text().rfind("denoise_loss ", 0), 0u) << after.text();
+}
+
+TEST_F(DiffusionTest, BadDatasetsAndSizesAreNamed) {
+  const Config c = config({"diffusion.tokens=65"});
+  EXPECT_NE(test::error_of([&] {
+              df::DiffusionFamily f(
+                  FamilyContext{c, *test::g_context, world(), *shapes_, torch::kCPU});
+            }).find("diffusion.tokens = 65 is more than its 64 points per shape"),
+            std::string::npos);
+  const Config heads = config({"diffusion.width=30", "diffusion.heads=4"});
+  FamilyRegistry families;
+  models::register_builtin_families(families);
+  EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(heads); })
+                .find("diffusion.width (30) must be a multiple of diffusion.heads (4)"),
+            std::string::npos);
+  const Config policy = config({"checkpoint.policy=segments"});
+  EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(policy); })
+                .find("not one of point-diffusion's: none, blocks, attention"),
+            std::string::npos);
+  // A scene is not a shape set.
+  const std::string scene = test::make_shared_temp_dir("tessera-diffusion-scene", [](const std::string& d) {
+    data::synth::SynthOptions so;
+    so.views = 8;
+    so.width = 16;
+    so.height = 16;
+    data::synth::write_synth_scene(so, d + "/scene.h5");
+  });
+  EXPECT_NE(test::error_of([&] {
+              families.get("point-diffusion", "t").open_dataset(scene + "/scene.h5");
+            }).find("not a tessera-shapes file (its format attribute is 'tessera-scene'"),
+            std::string::npos);
+  test::remove_shared_temp_dir(scene);
+}
+
+}  // namespace
+}  // namespace tessera
