@@ -1,6 +1,7 @@
 // Tests of the point-diffusion family (models/diffusion/, docs/diffusion.md) on 1, 2 and 3 ranks:
 // the cosine schedule, N ranks train like one, accumulation and checkpointing are exact, resume is
 // exact, the held-out denoising loss falls, and bad datasets or sizes are refused.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,6 +20,7 @@
 #include "models/builtin.h"
 #include "models/diffusion/diffusion_family.h"
 #include "models/diffusion/noise_schedule.h"
+#include "models/diffusion/sampling.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
 
@@ -235,6 +237,60 @@ TEST_F(DiffusionTest, BadDatasetsAndSizesAreNamed) {
             }).find("not a tessera-shapes file (its format attribute is 'tessera-scene'"),
             std::string::npos);
   test::remove_shared_temp_dir(scene);
+}
+
+// With the exact noise predictor of a data set holding one cloud c, every estimate of x_0 is c:
+// DDPM and DDIM return c from any start, for the full chain and a respaced one.
+TEST(DiffusionSampling, TheOracleDenoiserGivesTheDataBack) {
+  const df::NoiseSchedule schedule(100);
+  torch::Generator data_gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  const torch::Tensor c = torch::rand({2, 16, 6}, data_gen, torch::kFloat32) * 1.6 - 0.8;
+  const torch::Tensor a = schedule.alphas_cumprod();
+  const df::NoisePredictor oracle = [&](const torch::Tensor& x, const torch::Tensor& t) {
+    const torch::Tensor at = a.index_select(0, t).to(torch::kFloat32).view({-1, 1, 1});
+    return (x - at.sqrt() * c) / (1 - at).sqrt();
+  };
+  for (const df::Sampler sampler : {df::Sampler::Ddpm, df::Sampler::Ddim}) {
+    for (const int64_t steps : {100, 10, 1}) {
+      torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
+      const torch::Tensor noise = torch::randn({2, 16, 6}, gen, torch::kFloat32);
+      const torch::Tensor out = df::sample(oracle, schedule, noise, steps, sampler, gen);
+      // One step estimates x_0 at the last level only, dividing by sqrt(alpha_bar_{T-1}) ~ 5e-4:
+      // float32 rounding of x (1.2e-7 relative) grows by that factor; more steps re-estimate x_0
+      // at lower noise levels.
+      const double rounding = 1.2e-7 * noise.abs().max().item<double>() /
+                              std::sqrt(a[99].item<double>());
+      EXPECT_LT((out - c).abs().max().item<double>(), steps == 1 ? 4 * rounding : 1e-4)
+          << (sampler == df::Sampler::Ddpm ? "ddpm " : "ddim ") << steps << " steps";
+    }
+  }
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  EXPECT_THROW(df::sample(oracle, schedule, c, 0, df::Sampler::Ddim, gen), UserError);
+  EXPECT_THROW(df::sample(oracle, schedule, c, 101, df::Sampler::Ddim, gen), UserError);
+  EXPECT_THROW(df::parse_sampler("euler"), UserError);
+}
+
+// MMD, COV and 1-NNA on one-point clouds, where every Chamfer distance is 2 |a - b|^2.
+TEST(DiffusionMetrics, MatchHandComputedValues) {
+  const torch::Tensor samples = torch::tensor({0.0, 0.0, 0.0, 1.0, 0.0, 0.0}, torch::kFloat64).view({2, 1, 3});
+  const torch::Tensor refs = torch::tensor({0.1, 0.0, 0.0, 0.0, 3.0, 0.0}, torch::kFloat64).view({2, 1, 3});
+  const torch::Tensor cd = df::chamfer_matrix(samples, refs);
+  EXPECT_NEAR(cd[0][0].item<double>(), 0.02, 1e-12);
+  EXPECT_NEAR(cd[1][1].item<double>(), 20.0, 1e-12);
+  const df::GenerativeScores s = df::generative_scores(samples, refs);
+  EXPECT_NEAR(s.mmd, (0.02 + 18.0) / 2, 1e-12);  // each reference's nearest sample
+  EXPECT_DOUBLE_EQ(s.coverage, 0.5);             // both samples are nearest to reference 0
+  EXPECT_DOUBLE_EQ(s.nna, 0.0);                  // every cloud's neighbour has the other label
+  // Two sets far apart are told apart perfectly.
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2);
+  const torch::Tensor near = torch::rand({4, 32, 3}, gen, torch::kFloat32);
+  const df::GenerativeScores far = df::generative_scores(near, near + 10.0);
+  EXPECT_DOUBLE_EQ(far.nna, 1.0);
+  EXPECT_GT(far.mmd, 100.0);
+  // Identical sets: no distance to the nearest, everything covered.
+  const df::GenerativeScores same = df::generative_scores(near, near.clone());
+  EXPECT_NEAR(same.mmd, 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(same.coverage, 1.0);
 }
 
 }  // namespace
