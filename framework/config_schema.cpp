@@ -123,7 +123,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Consecutive steps skipped for non-finite loss or gradients after which the run stops with an error (the last snapshot is kept)."),
       key("train", "check_learning_after", [](auto& c) -> auto& { return c.train.check_learning_after; })
           .defaults_to(300).range(0, kMaxSteps)
-          .doc("After this many steps, warn (once, naming the likely causes: poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),
+          .doc("After this many steps, warn (once, naming the likely causes the model's family gives: for captured views poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
           .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
           .doc("Schedule of the sampling rate, the fraction of training rays (NeRF) or views (`gaussians`) drawn per epoch."),

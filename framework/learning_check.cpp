@@ -38,14 +38,16 @@ std::optional<std::string> LearningCheck::observe(int64_t step, double loss) {
                 "%lld of %lld steps. Likely causes: ",
                 before, static_cast<long long>(warmup + 1), static_cast<long long>(warmup + window),
                 now, static_cast<long long>(window), static_cast<long long>(after_));
-  std::string causes =
-      "(1) poses: a wrong convention or scale makes the views disagree (`tessera info` shows "
-      "where the cameras sit; transforms.json is OpenGL, COLMAP is OpenCV); "
-      "(2) bounds: the scene must lie in the dataset's scene_bounds and its backgrounds in "
-      "scene_extent (re-import without --keep-coordinates, or give aabb_scale / COLMAP points); "
-      "(3) background: a capture without alpha has no white background to fall back on; ";
-  causes += family_causes_;
-  return std::string(head) + causes + " See docs/datasets.md, \"Training your own capture\".";
+  return std::string(head) + family_causes_;
+}
+
+std::string capture_not_learning_causes(const std::string& more) {
+  return "(1) poses: a wrong convention or scale makes the views disagree (`tessera info` shows "
+         "where the cameras sit; transforms.json is OpenGL, COLMAP is OpenCV); "
+         "(2) bounds: the scene must lie in the dataset's scene_bounds and its backgrounds in "
+         "scene_extent (re-import without --keep-coordinates, or give aabb_scale / COLMAP "
+         "points); (3) background: a capture without alpha has no white background to fall back "
+         "on; " + more + " See docs/datasets.md, \"Training your own capture\".";
 }
 
 }  // namespace tessera

@@ -21,8 +21,9 @@ class LearningCheck {
   // learns anything at all cuts its photometric loss by far more than 10% in a few hundred steps.
   static constexpr double kMinImprovement = 0.10;
 
-  // `after` = 0 disables the check. `family_causes` continues the numbered list of likely causes
-  // after the three every family shares (ModelFamily::not_learning_causes).
+  // `after` = 0 disables the check. `family_causes` is the family's numbered list of likely
+  // causes (ModelFamily::not_learning_causes); families that train on captured views start it
+  // with capture_not_learning_causes().
   LearningCheck(int64_t after, std::string family_causes);
 
   // Called every step with that step's loss (identical on every rank). Returns the warning once,
@@ -37,5 +38,9 @@ class LearningCheck {
   bool done_ = false;
   std::vector<double> first_, last_;  // the first window after the warm-up, the newest losses
 };
+
+// The likely causes every family that trains on captured views shares, (1) poses, (2) bounds and
+// (3) background, then `more` (the family's own, numbered from 4), then where to read more.
+std::string capture_not_learning_causes(const std::string& more);
 
 }  // namespace tessera

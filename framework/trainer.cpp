@@ -11,6 +11,7 @@
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/autocast.h"
+#include "framework/learning_check.h"
 #include "framework/memory.h"
 #include "framework/micro_batch.h"
 
@@ -158,9 +159,10 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
 }
 
 std::string Trainer::not_learning_causes() const {
-  return "(4) learning rate: nerf.lr too high (loss stuck) or too low; "
-         "(5) lens distortion or images at another size than the cameras "
-         "(`tessera convert --images-scaled`).";
+  return capture_not_learning_causes(
+      "(4) learning rate: nerf.lr too high (loss stuck) or too low; "
+      "(5) lens distortion or images at another size than the cameras "
+      "(`tessera convert --images-scaled`).");
 }
 
 std::vector<torch::Tensor> Trainer::gradients() {

@@ -241,9 +241,9 @@ std::string DiffusionFamily::describe() {
 }
 
 std::string DiffusionFamily::not_learning_causes() const {
-  return "(4) learning rate: diffusion.lr too high (loss stuck near 1) or too low; "
-         "(5) a dataset whose shapes all differ in scale or centre more than the noise can "
-         "explain.";
+  return "(1) learning rate: diffusion.lr too high (loss stuck near 1) or too low, or a warm-up "
+         "longer than the run (diffusion.warmup_steps); (2) too few tokens or too small a model "
+         "for the shapes (diffusion.tokens, width, depth). See docs/diffusion.md.";
 }
 
 void register_diffusion_family(FamilyRegistry& registry) {

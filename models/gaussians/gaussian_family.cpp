@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "distributed/errors.h"
+#include "framework/learning_check.h"
 #include "framework/run.h"
 #include "framework/snapshot.h"
 #include "models/gaussians/gaussian_config.h"
@@ -88,9 +89,10 @@ std::string GaussianFamily::write_outputs(const std::string& out_dir) {
 }
 
 std::string GaussianFamily::not_learning_causes() const {
-  return "(4) initialization: without SfM points the random Gaussians must cover what the "
-         "cameras see (gaussians.random_count, the dataset's scene_extent); "
-         "(5) learning rates: model.*_lr too high or too low for the scene's scale.";
+  return capture_not_learning_causes(
+      "(4) initialization: without SfM points the random Gaussians must cover what the cameras "
+      "see (gaussians.random_count, the dataset's scene_extent); "
+      "(5) learning rates: gaussians.lr_* too high or too low for the scene's scale.");
 }
 
 std::string GaussianFamily::describe() {
