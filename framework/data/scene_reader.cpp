@@ -4,8 +4,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "distributed/agreement.h"
 #include "distributed/errors.h"
+#include "framework/data/fingerprint.h"
 #include "framework/data/h5.h"
 #include "framework/data/scene.h"
 #include "framework/data/scene_layout.h"
@@ -300,10 +300,7 @@ std::string SceneReader::fingerprint() const {
     for (double v : c.camera_to_world) text << ',' << v;
     text << ';';
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
-  return hex;
+  return fingerprint_hex(text.str());
 }
 
 std::string SceneReader::summary() const { return std::to_string(cameras().size()) + " cameras"; }

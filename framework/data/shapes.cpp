@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "distributed/agreement.h"
 #include "distributed/errors.h"
+#include "framework/data/fingerprint.h"
 #include "framework/data/h5.h"
 
 namespace tessera::data::shapes {
@@ -215,10 +215,7 @@ std::string ShapesReader::fingerprint() const {
   text << kShapesFormat << " v" << kShapesVersion << " " << count_ << "x" << points_ << " "
        << source_ << " ";
   for (int64_t i = 0; i < count_; ++i) text << int(split_[i]) << kind_[i] << ',';
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(distributed::fingerprint(text.str())));
-  return hex;
+  return fingerprint_hex(text.str());
 }
 
 std::string ShapesReader::summary() const {

@@ -114,8 +114,9 @@ std::vector<int64_t> DiffusionFamily::batch_shapes(int64_t step) {
       if (epochs_.size() > 2) epochs_.erase(epochs_.begin());  // steps only move forward
       torch::Generator gen = generator(seed_, kEpochPurpose, static_cast<uint64_t>(epoch), 0);
       const torch::Tensor order = torch::randperm(n, gen, torch::kInt64);
+      const int64_t* index = order.data_ptr<int64_t>();
       std::vector<int64_t> perm(n);
-      for (int64_t i = 0; i < n; ++i) perm[i] = static_cast<int64_t>(train_[order[i].item<int64_t>()]);
+      for (int64_t i = 0; i < n; ++i) perm[i] = static_cast<int64_t>(train_[index[i]]);
       it = epochs_.emplace(epoch, std::move(perm)).first;
     }
     ids.push_back(it->second[position % n]);

@@ -74,13 +74,16 @@ PointDenoiser::PointDenoiser(const DenoiserOptions& options, uint64_t seed, torc
   }
   norm("final_norm");
   linear("output", c, w, /*zero=*/true);
-  for (auto& [name, p] : params_) p = p.to(device).set_requires_grad(true);
+  for (auto& [name, p] : params_) {
+    p = p.to(device).set_requires_grad(true);
+    by_name_.emplace(name, p);
+  }
 }
 
 torch::Tensor PointDenoiser::param(const std::string& name) const {
-  for (const auto& [key, p] : params_)
-    if (key == name) return p;
-  throw std::logic_error("PointDenoiser: no parameter " + name);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw std::logic_error("PointDenoiser: no parameter " + name);
+  return it->second;
 }
 
 std::vector<torch::Tensor> PointDenoiser::parameters() const {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,7 @@ class PointDenoiser {
 
   DenoiserOptions options_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::map<std::string, torch::Tensor> by_name_;  // the same tensors, for forward's lookups
 };
 
 // Sinusoidal embedding of the noise levels t [B] into [B, width] float32 (as DDPM/GLIDE).
