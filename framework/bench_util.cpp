@@ -8,6 +8,8 @@
 #include <system_error>
 
 #include "distributed/errors.h"
+#include "distributed/process_context.h"
+#include "framework/memory.h"
 #include "framework/data/synth.h"
 
 namespace tessera::bench {
@@ -40,6 +42,20 @@ TempDir::TempDir(const std::string& name) {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path, ignored);
+}
+
+torch::Device bench_device(const distributed::ProcessContext& context, const std::string& option,
+                           const std::string& bench) {
+  const bool cuda = option == "cuda" || (option == "auto" && context.one_cuda_device_per_rank());
+  if (cuda && !context.one_cuda_device_per_rank())
+    throw UserError("bench " + bench + " --device cuda: needs one CUDA device per rank on each node (" +
+                    std::to_string(context.info().local_size) + " ranks here, " +
+                    std::to_string(torch::cuda::device_count()) + " devices visible)");
+  if (!cuda) {
+    install_counting_cpu_allocator();
+    return torch::Device(torch::kCPU);
+  }
+  return torch::Device(torch::kCUDA, context.cuda_device_index());
 }
 
 std::string bench_scene(const std::string& name, int rank, const std::string& scene,

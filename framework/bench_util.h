@@ -18,6 +18,10 @@ namespace CLI {
 class App;
 }
 
+namespace tessera::distributed {
+class ProcessContext;
+}
+
 namespace tessera::bench {
 
 // A `tessera bench NAME` subcommand and the function that runs it (exit code).
@@ -42,6 +46,12 @@ void progress(int rank, const char* name, const char* format, const Args&... arg
 }
 
 void sync(torch::Device device);  // waits for the device's queued work (no-op on CPU)
+
+// The device of a bench's --device option: "cpu"; "cuda" (UserError naming `bench` unless every
+// rank has a CUDA device of its own); "auto" = CUDA when every rank has one, else the CPU. On
+// the CPU it installs the counting allocator, so that peak memory can be measured.
+torch::Device bench_device(const distributed::ProcessContext& context, const std::string& option,
+                           const std::string& bench);
 
 // A fresh temporary folder "tessera-bench-NAME-XXXXXX", removed with its contents on scope exit
 // (each rank its own: works without a shared file system).

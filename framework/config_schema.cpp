@@ -144,7 +144,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
       key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
           .defaults_to("none").one_of({"none", "segments", "budget", "blocks", "attention"})
-          .doc("Activation checkpointing per rank (docs/checkpointing.md). Each model takes its own: `nerf-hash` and `nerf-mlp` none, segments or budget; `gaussians` none or budget (views per pass); `point-diffusion` none, blocks (each transformer block) or attention (only the attention core)."),
+          .doc("Activation checkpointing per rank (docs/checkpointing.md). Each model takes its own: `nerf-hash` and `nerf-mlp` none, segments or budget; `gaussians` none or budget (views per pass); `point-diffusion` none, blocks (each transformer block), attention (only the attention core) or budget (as few whole blocks as fit `checkpoint.budget_mib`)."),
       key("checkpoint", "segments", [](auto& c) -> auto& { return c.checkpoint.segments; })
           .defaults_to("")
           .doc("`segments` policy: comma-separated names of the model segments to recompute."),
@@ -153,7 +153,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("`segments` policy: recompute every N-th segment (0 = off)."),
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
           .defaults_to(0.0).at_least(0)
-          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
+          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`point-diffusion`: the fewest transformer blocks; `gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
       key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
           .defaults_to(1000).range(0, kMaxSteps)
           .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),
@@ -168,7 +168,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Steps between evaluations; 0 = only at the end."),
       key("eval", "split", [](auto& c) -> auto& { return c.eval.split; })
           .defaults_to("val").one_of({"val", "test", "train"})
-          .doc("The split evaluated: its views (PSNR, SSIM, rendered PNGs), or its shapes (`point-diffusion`: the held-out denoising loss)."),
+          .doc("The split evaluated: its views (PSNR, SSIM, rendered PNGs), or its shapes (`point-diffusion`: the held-out denoising loss and, with `diffusion.generative_eval`, MMD, COV and 1-NNA of as many samples)."),
       key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
           .defaults_to(4).range(1, 100000)
           .doc("Items (views, shapes) of the split scored per evaluation, the first ones."),

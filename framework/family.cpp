@@ -15,6 +15,11 @@ double EvalScores::value(const std::string& name) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+std::string ModelFamily::write_samples(const SampleRequest&) {
+  throw UserError("model '" + model_name() + "' is not a generative model: it has no samples to "
+                  "draw (`tessera sample` takes a snapshot of point-diffusion)");
+}
+
 std::string EvalScores::text() const {
   if (items == 0) return "none";
   std::string out;

@@ -65,6 +65,15 @@ EvalScores image_scores(int64_t views, double psnr, double ssim);
 // Receives each eval render: the dataset view index and the image [H, W, 3] float32 in [0, 1].
 using ImageSink = std::function<void(size_t view, const torch::Tensor& image)>;
 
+// What `tessera sample` asks of a generative family (docs/diffusion.md, "Sampling").
+struct SampleRequest {
+  int64_t count = 0;      // samples over all ranks, split across them
+  int64_t steps = 0;      // denoising steps; 0 = the family's default
+  std::string sampler;    // "" = the family's default
+  uint64_t seed = 0;      // sample i's randomness is a function of (seed, i) only, whatever the ranks
+  std::string out_dir;    // rank 0 writes the files here (the folder exists)
+};
+
 // One model family's training state and its hooks. The TrainingRun (framework/run.h) owns the loop:
 // cadence, logging, snapshots, signals and the non-finite policy; a family fills these hooks.
 // Every hook but the const ones is collective: all ranks call it in the same order.
@@ -103,6 +112,10 @@ class ModelFamily {
   // After the last step of a finished run: files of the family in `out_dir` (e.g. a PLY);
   // returns a line for the summary ("" = nothing written).
   virtual std::string write_outputs(const std::string& out_dir) { return ""; }
+  // `tessera sample` (collective): draws request.count samples split across ranks and writes them
+  // into request.out_dir on rank 0; returns the summary line. A family that generates nothing
+  // throws UserError (the default).
+  virtual std::string write_samples(const SampleRequest& request);
   // The family's likely causes of a loss that does not improve, numbered from (4) on (the
   // TrainingRun's warning lists poses, bounds and background first; learning_check.h).
   virtual std::string not_learning_causes() const { return ""; }

@@ -61,16 +61,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
   distributed::ProcessContext context(nullptr, nullptr, options.timeout_s);
   log::init({context.rank(), "info", "", true});
   context.apply_thread_share(0);
-  torch::Device device(torch::kCPU);
-  const bool cuda = options.device == "cuda" ||
-                    (options.device == "auto" && context.one_cuda_device_per_rank());
-  if (cuda) {
-    if (!context.one_cuda_device_per_rank())
-      throw UserError("bench allreduce --device cuda: needs one CUDA device per rank on each node (" +
-                      std::to_string(context.info().local_size) + " ranks here, " +
-                      std::to_string(torch::cuda::device_count()) + " devices visible)");
-    device = torch::Device(torch::kCUDA, context.cuda_device_index());
-  }
+  const torch::Device device = bench::bench_device(context, options.device, "allreduce");
   auto comm = distributed::make_communicator(context, "auto", device);
   spdlog::info("bench allreduce: {} rank(s), backend {}, float32 sum, {} iterations per size "
                "(median of interleaved runs)",

@@ -364,6 +364,57 @@ def section_gaussians(raw, cmds, plots, doc_dir, meta):
     return "\n".join(out)
 
 
+def section_diffusion(raw, cmds, plots, doc_dir):
+    out = ["## Point diffusion: checkpoint policies (`tessera bench diffusion`)", ""]
+    labels = [c for c in cmds if c["label"].startswith("diffusion")]
+    if not labels:
+        out.append("Not run (left out with `--only`).")
+        return "\n".join(out)
+    if any(c["rc"] == "absent" for c in labels):
+        out.append("Skipped: this build has no `tessera bench diffusion`.")
+        return "\n".join(out)
+    rows = []
+    for c in labels:
+        rows += [r for r in read_jsonl(os.path.join(raw, c["out"])) if r.get("bench") == "diffusion"]
+    out += ["One training step of the point-diffusion denoiser (forward, DDPM loss, backward, Adam) "
+            "on random clouds under each `checkpoint.policy`, on one rank; the policies interleaved "
+            "step by step. Peak = the counting CPU allocator's (or the CUDA caching allocator's) "
+            "peak during a step: parameters, Adam state, gradients and activations; step = that "
+            "peak above what was allocated before the step; stored = what the forward keeps for "
+            "backward (a dry forward). Time = median of the timed steps. Ratios against policy "
+            "`none` in the same run.", ""]
+    if not rows:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    base = next((r for r in rows if r["policy"] == "none"), rows[0])
+    trs = [[r["policy"], r.get("recomputed_blocks", "—"), fmt(r["step_s"]), ratio(r["step_s"], base["step_s"]),
+            fmt(r["peak_bytes"] / MIB), ratio(r["peak_bytes"], base["peak_bytes"]),
+            fmt(r["step_bytes"] / MIB), ratio(r["step_bytes"], base["step_bytes"]),
+            fmt(r["stored_bytes"] / MIB), ratio(r["stored_bytes"], base["stored_bytes"])] for r in rows]
+    out.append(table(["policy", "blocks recomputed", "step (s)", "time vs none", "peak (MiB)",
+                      "peak vs none", "step (MiB)", "step vs none", "stored (MiB)", "stored vs none"], trs))
+    out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
+    out += ["", f"{base['tokens']} tokens, width {base['width']}, {base['depth']} blocks, "
+            f"{base.get('heads', '?')} heads, batch {base['batch']}, {base.get('precision', 'fp32')}, "
+            f"{base.get('parameters', 0):,} parameters, {base.get('steps', '?')} timed step(s) per "
+            f"policy, {base.get('device', 'cpu')}."]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        x, y = r["step_s"] / base["step_s"], r["peak_bytes"] / base["peak_bytes"]
+        ax.plot([x], [y], marker="o", ls="")
+        ax.annotate(r["policy"], (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel("step time vs none")
+    ax.set_ylabel("peak memory vs none")
+    ax.set_title("point-diffusion: memory vs time per checkpoint policy")
+    ax.grid(True, lw=0.3)
+    fig.tight_layout()
+    path = os.path.join(plots, "diffusion_checkpoint.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out += ["", f"![memory vs time per policy]({os.path.relpath(path, doc_dir)})"]
+    return "\n".join(out)
+
+
 GPU_SECTION = """## GPU check
 
 The figures above are CPU figures. `launch/gpu-check` builds Tessera on the lent GPU machine (one
@@ -458,6 +509,8 @@ def main():
         doc += [section_kernels(a.raw, cmds), ""]
     if "gaussians" in sections:
         doc += [section_gaussians(a.raw, cmds, a.plots, doc_dir, meta), ""]
+    if "diffusion" in sections:
+        doc += [section_diffusion(a.raw, cmds, a.plots, doc_dir), ""]
     doc += ["## Commands", "",
             "Run from the repository root, in this order (`mpirun` flags from `launch/common.sh`); seconds "
             "are wall time.", "",

@@ -23,6 +23,7 @@ Command add_convert_command(CLI::App& app);  // convert_command.cpp
 Command add_info_command(CLI::App& app);     // info_command.cpp
 Command add_eval_command(CLI::App& app);     // snapshot_commands.cpp
 Command add_render_command(CLI::App& app);   // snapshot_commands.cpp
+Command add_sample_command(CLI::App& app);   // snapshot_commands.cpp
 Command add_export_command(CLI::App& app);   // export_command.cpp
 
 // The multi-line text of `tessera --version`.

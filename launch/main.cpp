@@ -33,7 +33,8 @@ int fail(int code, const std::string& message) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"Tessera: radiance fields (NeRF, 3D Gaussian Splatting) trained across many GPUs "
+  CLI::App app{"Tessera: radiance fields (NeRF, 3D Gaussian Splatting) and point-cloud diffusion "
+               "trained across many GPUs "
                "and nodes. Launch with mpirun, one rank per GPU.",
                "tessera"};
   app.set_version_flag("--version", &tessera::launch::version_text,
@@ -47,6 +48,7 @@ int run(int argc, char** argv) {
       tessera::launch::add_info_command(app),
       tessera::launch::add_eval_command(app),
       tessera::launch::add_render_command(app),
+      tessera::launch::add_sample_command(app),
       tessera::launch::add_export_command(app),
       tessera::launch::add_bench_command(app),
       tessera::launch::add_config_reference_command(app),

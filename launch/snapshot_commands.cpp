@@ -1,6 +1,6 @@
-// `tessera eval SNAPSHOT` (PSNR and SSIM per split, one JSON object) and `tessera render
-// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit), for every model family, on any
-// number of ranks.
+// `tessera eval SNAPSHOT` (the family's scores per split, one JSON object), `tessera render
+// SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit) and `tessera sample SNAPSHOT
+// --out DIR` (a generative family's samples), for every model family, on any number of ranks.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -26,6 +26,7 @@ struct SnapshotCommandOptions {
   std::string out;
   int orbit = 0;
   int max_views = -1;
+  SampleRequest sample;  // `tessera sample`
 };
 
 // The snapshot, or the file of --ply on the dataset of --scene.
@@ -133,6 +134,22 @@ int run_render(const SnapshotCommandOptions& o) {
   return kExitOk;
 }
 
+int run_sample(SnapshotCommandOptions& o) {
+  // Before MPI: nothing the user has is overwritten.
+  namespace fs = std::filesystem;
+  if (fs::exists(o.out) && !fs::is_directory(o.out))
+    throw UserError("--out " + o.out + " is a file, not a folder");
+  if (fs::exists(fs::path(o.out) / "sample-0000.ply"))
+    throw UserError("--out " + o.out + " already holds samples (sample-0000.ply); choose another "
+                    "folder or remove them");
+  const Session run = restore(o);
+  if (run.comm->rank() == 0) fs::create_directories(o.out);
+  o.sample.out_dir = o.out;
+  const std::string line = run.family->write_samples(o.sample);
+  if (run.comm->rank() == 0) std::cerr << line << "\n";
+  return kExitOk;
+}
+
 void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
   auto* snapshot =
       sub->add_option("snapshot", o.snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
@@ -185,6 +202,39 @@ Command add_render_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->excludes(split);
   return {sub, [o] { return run_render(*o); }};
+}
+
+Command add_sample_command(CLI::App& app) {
+  auto o = std::make_shared<SnapshotCommandOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "sample", "Draw samples from a generative model's snapshot (point-diffusion): one PLY point "
+                "cloud per sample, DIR/sample-NNNN.ply (run under mpirun to split the samples "
+                "across ranks; the samples do not depend on the number of ranks)");
+  sub->add_option("snapshot", o->snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--out", o->out, "Folder for the PLY files (created; must not hold samples)")
+      ->required();
+  o->sample.count = 16;
+  sub->add_option("--count", o->sample.count, "Samples to draw")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  sub->add_option("--steps", o->sample.steps,
+                  "Denoising steps, evenly spaced over the model's noise levels (default: the "
+                  "snapshot's diffusion.sample_steps)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--sampler", o->sample.sampler,
+                  "ddpm (ancestral) or ddim (deterministic given the seed) (default: the "
+                  "snapshot's diffusion.sampler)")
+      ->check(CLI::IsMember({"ddpm", "ddim"}));
+  sub->add_option("--seed", o->sample.seed, "Seed of the samples' noise: sample i depends on "
+                                            "(seed, i) only")
+      ->capture_default_str();
+  sub->add_option("--set", o->overrides,
+                  "Override a key of the snapshot's stored config (e.g. --set data.path=FILE when "
+                  "the dataset moved). Repeatable")
+      ->type_name("KEY=VALUE");
+  return {sub, [o] { return run_sample(*o); }};
 }
 
 }  // namespace tessera::launch

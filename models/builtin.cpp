@@ -16,7 +16,8 @@ void register_builtin_families(FamilyRegistry& registry) {
 void register_builtin_models(ModelRegistry& registry) { nerf::register_nerf_models(registry); }
 
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench) {
-  return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench)};
+  return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench),
+          diffusion::add_diffusion_bench(bench)};
 }
 
 }  // namespace tessera::models

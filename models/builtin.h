@@ -15,7 +15,7 @@ namespace tessera::models {
 void register_builtin_families(FamilyRegistry& registry);
 // The ray models (NeRF) by name, for code that builds a Model directly (tests, `bench nerf`).
 void register_builtin_models(ModelRegistry& registry);
-// The families' `tessera bench` subcommands (nerf, gaussians), added under `bench`.
+// The families' `tessera bench` subcommands (nerf, gaussians, diffusion), added under `bench`.
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench);
 
 }  // namespace tessera::models

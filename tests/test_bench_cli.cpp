@@ -1,11 +1,13 @@
-// End-to-end tests of `tessera bench gaussians` (under mpiexec) and of `tessera bench nerf
-// --precision`: the JSON lines they print, their help and their exit code 2 on bad input.
+// End-to-end tests of `tessera bench gaussians` (under mpiexec), `tessera bench diffusion` and
+// `tessera bench nerf --precision`: the JSON lines they print, their help and their exit code 2
+// on bad input.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,57 @@ TEST_F(BenchCliTest, GaussiansHelpDescribesEveryFlag) {
     EXPECT_TRUE(contains(r.out, flag)) << "help lacks " << flag << "\n" << describe(r);
   const CommandResult list = tessera(0, {"bench", "--help"});
   EXPECT_TRUE(contains(list.out, "gaussians")) << describe(list);
+}
+
+// ---- bench diffusion ---------------------------------------------------------------------------
+
+TEST_F(BenchCliTest, DiffusionPrintsOneJsonLinePerPolicyWithRatiosAgainstNone) {
+  const CommandResult r =
+      tessera(0, {"bench", "diffusion", "--tokens", "48", "--width", "16", "--depth", "2",
+                  "--heads", "2", "--batch", "2", "--steps", "1", "--warmup", "0"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 4u) << describe(r);
+  std::map<std::string, nlohmann::json> by_policy;
+  for (const std::string& line : lines) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    EXPECT_EQ(j.at("bench"), "diffusion");
+    EXPECT_EQ(j.at("tokens").get<int>(), 48);
+    EXPECT_GT(j.at("step_s").get<double>(), 0.0) << line;
+    by_policy[j.at("policy").get<std::string>()] = j;
+  }
+  ASSERT_EQ(by_policy.size(), 4u) << describe(r);
+  const nlohmann::json& none = by_policy.at("none");
+  EXPECT_DOUBLE_EQ(none.at("time_ratio").get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(none.at("peak_ratio").get<double>(), 1.0);
+  // Parameters, gradients and Adam's two moments are part of every peak.
+  EXPECT_GE(none.at("peak_bytes").get<int64_t>(), 16 * none.at("parameters").get<int64_t>());
+  const nlohmann::json& blocks = by_policy.at("blocks");
+  EXPECT_EQ(blocks.at("recomputed_blocks").get<int>(), 2);
+  EXPECT_LT(blocks.at("stored_ratio").get<double>(), 0.5) << blocks.dump();
+  EXPECT_NEAR(blocks.at("stored_ratio").get<double>(),
+              blocks.at("stored_bytes").get<double>() / none.at("stored_bytes").get<double>(), 1e-3);
+  EXPECT_LT(by_policy.at("attention").at("stored_ratio").get<double>(), 1.0);
+  EXPECT_EQ(by_policy.at("budget").at("recomputed_blocks").get<int>(), 1) << "half the blocks";
+  EXPECT_TRUE(contains(r.err, "[bench diffusion]")) << describe(r);
+}
+
+TEST_F(BenchCliTest, DiffusionBadSettingsExit2) {
+  const CommandResult first = tessera(0, {"bench", "diffusion", "--policies", "blocks,none"});
+  EXPECT_EQ(first.exit_code, 2) << describe(first);
+  EXPECT_TRUE(contains(first.err, "--policies must start with none")) << describe(first);
+  const CommandResult unknown = tessera(0, {"bench", "diffusion", "--policies", "none,segments"});
+  EXPECT_EQ(unknown.exit_code, 2) << describe(unknown);
+  EXPECT_TRUE(contains(unknown.err, "not one of point-diffusion's")) << describe(unknown);
+  const CommandResult heads = tessera(0, {"bench", "diffusion", "--width", "30", "--heads", "4"});
+  EXPECT_EQ(heads.exit_code, 2) << describe(heads);
+  EXPECT_TRUE(contains(heads.err, "--width must be a multiple of --heads")) << describe(heads);
+  const CommandResult help = tessera(0, {"bench", "diffusion", "--help"});
+  for (const char* flag : {"--tokens", "--width", "--depth", "--heads", "--batch", "--dropout",
+                           "--steps", "--warmup", "--policies", "--budget-mib", "--precision",
+                           "--device", "--seed", "--timeout", "peak_ratio"})
+    EXPECT_TRUE(contains(help.out, flag)) << "help lacks " << flag << "\n" << describe(help);
 }
 
 // ---- bench nerf --precision --------------------------------------------------------------------

@@ -485,10 +485,16 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   for (const auto& entry : fs::directory_iterator(out_dir + "/renders"))
     renders += entry.path().extension() == ".png" ? 1 : 0;
   EXPECT_EQ(renders, 1u) << "one eval view at the end";
+  // A radiance field has no samples to draw.
+  const CommandResult sample = tessera(
+      {"sample", out_dir + "/snapshots/step-00000006.h5", "--out", temp_path("samples")});
+  EXPECT_EQ(sample.exit_code, 2) << describe(sample);
+  EXPECT_TRUE(contains(sample.err, "model 'nerf-hash' is not a generative model")) << describe(sample);
 }
 
-// The third family end to end: shapes from `synth`, `train` on 2 ranks, `eval` of its snapshot,
-// and `render`, which has no camera to render, refused.
+// The third family end to end: shapes from `synth`, `train` on 2 ranks, `eval` of its snapshot
+// (the denoising loss and the generative metrics), `sample` to PLY files (refused a second time
+// into the same folder), and `render`, which has no camera to render, refused.
 TEST_F(CliTest, PointDiffusionTrainsOnTwoRanksAndItsSnapshotEvaluates) {
   const std::string shapes = temp_dir_ + "/shapes.h5";
   const std::string out_dir = temp_dir_ + "/diffusion";
@@ -513,7 +519,29 @@ TEST_F(CliTest, PointDiffusionTrainsOnTwoRanksAndItsSnapshotEvaluates) {
   const CommandResult eval = mpi_tessera(2, {"eval", snapshot});
   ASSERT_EQ(eval.exit_code, 0) << describe(eval);
   EXPECT_TRUE(contains(eval.out, "\"model\":\"point-diffusion\"")) << describe(eval);
-  EXPECT_TRUE(contains(eval.out, "\"val\":{\"denoise_loss\":")) << describe(eval);
+  EXPECT_TRUE(contains(eval.out, "\"val\":{\"1nna\":")) << describe(eval);
+  for (const char* key : {"\"denoise_loss\":", "\"mmd\":", "\"cov\":", "\"shapes\":2"})
+    EXPECT_TRUE(contains(eval.out, key)) << key << " missing: " << describe(eval);
+  const std::string samples = temp_dir_ + "/samples";
+  const std::vector<std::string> sample_args = {"sample", snapshot, "--out", samples, "--count",
+                                                "3", "--steps", "5", "--sampler", "ddpm"};
+  const CommandResult sample = mpi_tessera(2, sample_args);
+  ASSERT_EQ(sample.exit_code, 0) << describe(sample);
+  EXPECT_TRUE(contains(sample.err, "3 samples (ddpm, 5 steps, 32 points each)")) << describe(sample);
+  for (const char* file : {"sample-0000.ply", "sample-0001.ply", "sample-0002.ply"}) {
+    const std::string ply = read_file(samples + "/" + file);
+    EXPECT_TRUE(contains(ply, "element vertex 32\n")) << file;
+    // The header, then 32 records of 3 floats and 3 bytes.
+    EXPECT_EQ(ply.size() - (ply.find("end_header\n") + 11), 32u * 15) << file;
+  }
+  EXPECT_FALSE(fs::exists(samples + "/sample-0003.ply"));
+  const CommandResult again = tessera(sample_args);
+  EXPECT_EQ(again.exit_code, 2) << describe(again);
+  EXPECT_TRUE(contains(again.err, "already holds samples")) << describe(again);
+  const CommandResult steps = tessera({"sample", snapshot, "--out", temp_dir_ + "/s2", "--steps",
+                                       "5000"});
+  EXPECT_EQ(steps.exit_code, 2) << describe(steps);
+  EXPECT_TRUE(contains(steps.err, "sampling steps = 5000 must lie in [1, 1000]")) << describe(steps);
   const CommandResult render = tessera({"render", snapshot, "--out", temp_dir_ + "/r"});
   EXPECT_EQ(render.exit_code, 2) << describe(render);
   EXPECT_TRUE(contains(render.err, "not on camera views: there is nothing to render"))

@@ -1,6 +1,7 @@
 // Tests of the point-diffusion family (models/diffusion/, docs/diffusion.md) on 1, 2 and 3 ranks:
-// the cosine schedule, N ranks train like one, accumulation and checkpointing are exact, resume is
-// exact, the held-out denoising loss falls, and bad datasets or sizes are refused.
+// the cosine schedule, N ranks train like one, accumulation and checkpointing are exact, the
+// checkpoint policies store less, samples do not depend on the ranks, resume is exact, the
+// held-out denoising loss falls, and bad datasets or sizes are refused.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -144,14 +145,35 @@ TEST_F(DiffusionTest, AccumulationIsExact) {
   EXPECT_LE(relative_difference(a.family.model(), b.family.model()), 1e-5);
 }
 
+// The budget that keeps all blocks but one of `family`'s model: one block's activations fewer,
+// its output more, in MiB.
+double budget_for_one_recomputed_block(df::DiffusionFamily& family, int64_t depth) {
+  const SegmentInfo block = family.measure_block("fp32");
+  const double bytes = static_cast<double>((depth - 1) * block.activation_bytes +
+                                           block.boundary_bytes);
+  return bytes * 1.001 / (1024.0 * 1024.0);
+}
+
 // Invariant 3: recomputing blocks or attention cores gives the gradients of keeping everything,
-// dropout included (the checkpoint replays the generator).
+// dropout included (the checkpoint replays the generator); the budget policy recomputes one
+// block of two when that fits.
 TEST_F(DiffusionTest, CheckpointingIsExactWithDropout) {
-  std::vector<std::vector<torch::Tensor>> grads;
-  for (const char* policy : {"none", "blocks", "attention"}) {
-    const Config c = config({std::string("checkpoint.policy=") + policy, "diffusion.dropout=0.2"});
+  double budget_mib = 0;
+  {
+    const Config c = config({"diffusion.dropout=0.2"});
     df::DiffusionFamily family(
         FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+    budget_mib = budget_for_one_recomputed_block(family, 2);
+  }
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const char* policy : {"none", "blocks", "attention", "budget"}) {
+    const Config c = config({std::string("checkpoint.policy=") + policy, "diffusion.dropout=0.2",
+                             "checkpoint.budget_mib=" + std::to_string(budget_mib)});
+    df::DiffusionFamily family(
+        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+    if (std::string(policy) == "budget") {
+      EXPECT_EQ(family.recompute().blocks, (std::vector<bool>{true, false}));
+    }
     torch::manual_seed(11);  // the same dropout masks for every policy
     StepControl control;
     control.step = 3;
@@ -166,6 +188,65 @@ TEST_F(DiffusionTest, CheckpointingIsExactWithDropout) {
       EXPECT_TRUE(torch::allclose(grads[policy][i], grads[0][i], 1e-6, 1e-9))
           << "policy " << policy << " parameter " << i << " differs by "
           << (grads[policy][i] - grads[0][i]).abs().max().item<double>();
+}
+
+// The policies store what they promise, measured on a dry forward of a micro-batch: recomputing
+// blocks keeps only their inputs; a budget between keeps one block; a budget below every plan
+// recomputes every block; a generous one none.
+TEST_F(DiffusionTest, CheckpointPoliciesStoreLessActivationMemory) {
+  auto family_with = [&](const std::vector<std::string>& sets) {
+    const Config c = config(sets);
+    return std::make_unique<df::DiffusionFamily>(
+        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+  };
+  const auto none = family_with({"diffusion.tokens=64"});
+  const int64_t kept = none->measure_activation_bytes("fp32");
+  const SegmentInfo block = none->measure_block("fp32");
+  EXPECT_GT(block.activation_bytes, 4 * block.boundary_bytes) << "a block stores far more than its output";
+  const int64_t blocks =
+      family_with({"diffusion.tokens=64", "checkpoint.policy=blocks"})->measure_activation_bytes("fp32");
+  EXPECT_LT(blocks, kept - 2 * (block.activation_bytes - block.boundary_bytes) * 9 / 10)
+      << "none " << kept << " blocks " << blocks;
+  const int64_t attention =
+      family_with({"diffusion.tokens=64", "checkpoint.policy=attention"})->measure_activation_bytes("fp32");
+  // The norm's output and the QKV projection (4 of about 17 widths per token) are not kept.
+  EXPECT_LT(attention, kept * 9 / 10) << "none " << kept << " attention " << attention;
+  EXPECT_GT(attention, blocks);
+  const double one = budget_for_one_recomputed_block(*none, 2);
+  const auto mid = family_with({"diffusion.tokens=64", "checkpoint.policy=budget",
+                                "checkpoint.budget_mib=" + std::to_string(one)});
+  EXPECT_EQ(mid->recompute().blocks, (std::vector<bool>{true, false}));
+  const int64_t budget = mid->measure_activation_bytes("fp32");
+  EXPECT_LT(budget, kept);
+  EXPECT_GT(budget, blocks);
+  EXPECT_EQ(family_with({"diffusion.tokens=64", "checkpoint.policy=budget",
+                         "checkpoint.budget_mib=0.0001"})->recompute().blocks,
+            (std::vector<bool>{true, true}));
+  EXPECT_EQ(family_with({"diffusion.tokens=64", "checkpoint.policy=budget",
+                         "checkpoint.budget_mib=10000"})->recompute().blocks,
+            (std::vector<bool>{false, false}));
+}
+
+// Samples depend on (seed, index) only: N ranks draw what one rank draws, with DDPM's noise too;
+// another seed draws other clouds.
+TEST_F(DiffusionTest, SamplesDoNotDependOnTheRanks) {
+  const Config c = config();
+  Trained ranks(c, world(), *shapes_, quiet(c));
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  Trained one(c, self, *shapes_, quiet(c));
+  for (int64_t t = 0; t < 10; ++t) {
+    ranks.run.train_step(t);
+    one.run.train_step(t);
+  }
+  for (const df::Sampler sampler : {df::Sampler::Ddpm, df::Sampler::Ddim}) {
+    const torch::Tensor a = ranks.family.draw_samples(5, 10, sampler, 7, 1, {});
+    const torch::Tensor b = one.family.draw_samples(5, 10, sampler, 7, 1, {});
+    ASSERT_EQ(a.sizes(), (std::vector<int64_t>{5, 48, 6}));
+    EXPECT_LE((a - b).abs().max().item<double>(), 1e-4 * b.abs().max().item<double>());
+    const torch::Tensor other = one.family.draw_samples(5, 10, sampler, 8, 1, {});
+    EXPECT_GT((other - b).abs().max().item<double>(), 0.1);
+    EXPECT_LE(b.abs().max().item<double>(), 1.0 + 1e-6) << "x_0 is clipped to the data's range";
+  }
 }
 
 // Invariant 4: 4 steps, a snapshot and 4 more equal 8 straight, bitwise.
@@ -205,6 +286,15 @@ TEST_F(DiffusionTest, HeldOutDenoisingLossFalls) {
   const EvalScores after = t.family.evaluate(60, val, {});
   EXPECT_LT(after.value("denoise_loss"), 0.8 * before.value("denoise_loss"));
   EXPECT_EQ(after.text().rfind("denoise_loss ", 0), 0u) << after.text();
+  // The generative metrics of as many samples as shapes: shares in [0, 1], an MMD above 0.
+  EXPECT_GT(after.value("mmd"), 0.0) << after.text();
+  for (const char* share : {"cov", "1nna"}) {
+    EXPECT_GE(after.value(share), 0.0) << after.text();
+    EXPECT_LE(after.value(share), 1.0) << after.text();
+  }
+  const Config off = config({"diffusion.generative_eval=false"});
+  Trained quiet_eval(off, world(), *shapes_, quiet(off));
+  EXPECT_TRUE(std::isnan(quiet_eval.family.evaluate(0, val, {}).value("1nna")));
 }
 
 TEST_F(DiffusionTest, BadDatasetsAndSizesAreNamed) {
@@ -222,7 +312,15 @@ TEST_F(DiffusionTest, BadDatasetsAndSizesAreNamed) {
             std::string::npos);
   const Config policy = config({"checkpoint.policy=segments"});
   EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(policy); })
-                .find("not one of point-diffusion's: none, blocks, attention"),
+                .find("not one of point-diffusion's: none, blocks, attention, budget"),
+            std::string::npos);
+  const Config budget = config({"checkpoint.policy=budget"});
+  EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(budget); })
+                .find("budget_mib = 0.000000 must be > 0"),
+            std::string::npos);
+  const Config steps = config({"diffusion.sample_steps=101"});
+  EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(steps); })
+                .find("diffusion.sample_steps (101) must not exceed diffusion.timesteps (100)"),
             std::string::npos);
   // A scene is not a shape set.
   const std::string scene = test::make_shared_temp_dir("tessera-diffusion-scene", [](const std::string& d) {
@@ -254,7 +352,9 @@ TEST(DiffusionSampling, TheOracleDenoiserGivesTheDataBack) {
     for (const int64_t steps : {100, 10, 1}) {
       torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
       const torch::Tensor noise = torch::randn({2, 16, 6}, gen, torch::kFloat32);
-      const torch::Tensor out = df::sample(oracle, schedule, noise, steps, sampler, gen);
+      const torch::Tensor out = df::sample(oracle, schedule, noise, steps, sampler,
+                                           {at::make_generator<at::CPUGeneratorImpl>(4),
+                                            at::make_generator<at::CPUGeneratorImpl>(5)});
       // One step estimates x_0 at the last level only, dividing by sqrt(alpha_bar_{T-1}) ~ 5e-4:
       // float32 rounding of x (1.2e-7 relative) grows by that factor; more steps re-estimate x_0
       // at lower noise levels.
@@ -264,9 +364,8 @@ TEST(DiffusionSampling, TheOracleDenoiserGivesTheDataBack) {
           << (sampler == df::Sampler::Ddpm ? "ddpm " : "ddim ") << steps << " steps";
     }
   }
-  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  EXPECT_THROW(df::sample(oracle, schedule, c, 0, df::Sampler::Ddim, gen), UserError);
-  EXPECT_THROW(df::sample(oracle, schedule, c, 101, df::Sampler::Ddim, gen), UserError);
+  EXPECT_THROW(df::sample(oracle, schedule, c, 0, df::Sampler::Ddim, {}), UserError);
+  EXPECT_THROW(df::sample(oracle, schedule, c, 101, df::Sampler::Ddim, {}), UserError);
   EXPECT_THROW(df::parse_sampler("euler"), UserError);
 }
 

@@ -141,7 +141,7 @@ void write_ply_points(const std::string& path, const torch::Tensor& xyz, const t
   std::ofstream out(path, std::ios::binary);
   if (!out) throw UserError("cannot write " + path + " (check that the folder is writable)");
   const char* type = wide ? "double" : "float";
-  out << "ply\nformat binary_little_endian 1.0\ncomment written by tessera convert\n"
+  out << "ply\nformat binary_little_endian 1.0\ncomment written by tessera\n"
       << "element vertex " << count << "\n"
       << "property " << type << " x\nproperty " << type << " y\nproperty " << type << " z\n"
       << "property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n";

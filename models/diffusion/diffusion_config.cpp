@@ -16,11 +16,11 @@ KeySpec diffusion_key(const char* name, Field field) {
 }  // namespace
 
 std::vector<std::string> diffusion_unused_keys() {
-  // No sampling schedule (every step draws `batch` shapes), no NeRF segments, and activation
-  // checkpointing by budget is not planned yet for this family.
+  // No sampling schedule (every step draws `batch` shapes) and no named segments: the
+  // checkpoint policies work on transformer blocks (docs/diffusion.md, "Memory").
   return {"sampling.schedule",   "sampling.rate_max",   "sampling.rate_min",
           "sampling.step_every", "sampling.step_factor", "sampling.rescale_lr",
-          "checkpoint.segments", "checkpoint.every",     "checkpoint.budget_mib"};
+          "checkpoint.segments", "checkpoint.every"};
 }
 
 config_schema::SectionSpec diffusion_config_section() {
@@ -69,6 +69,14 @@ config_schema::SectionSpec diffusion_config_section() {
       diffusion_key("adam_eps", [](auto& o) -> auto& { return o.adam_eps; })
           .range(0, 1)
           .doc("Adam's epsilon."),
+      diffusion_key("sampler", [](auto& o) -> auto& { return o.sampler; })
+          .one_of({"ddpm", "ddim"})
+          .doc("Sampler of `tessera sample` (its default) and of eval's generative metrics, on `sample_steps` evenly spaced levels: DDPM's ancestral sampler, or DDIM (eta 0, deterministic given the start noise; a small model's DDIM samples are smoother than the data, see docs/diffusion.md)."),
+      diffusion_key("sample_steps", [](auto& o) -> auto& { return o.sample_steps; })
+          .range(1, 100000)
+          .doc("Denoising steps of a sample (one denoiser forward each); at most `timesteps`."),
+      diffusion_key("generative_eval", [](auto& o) -> auto& { return o.generative_eval; })
+          .doc("Eval also draws as many samples as it scores shapes and reports MMD, COV and 1-NNA (Chamfer distance) of the samples against those shapes, besides the held-out denoising loss; costs `sample_steps` forwards per sample."),
   };
   return section;
 }
@@ -78,6 +86,9 @@ void check_diffusion_options(const DiffusionOptions& o, const std::string& origi
   if (o.width % o.heads != 0)
     throw UserError(where + "diffusion.width (" + std::to_string(o.width) +
                     ") must be a multiple of diffusion.heads (" + std::to_string(o.heads) + ")");
+  if (o.sample_steps > o.timesteps)
+    throw UserError(where + "diffusion.sample_steps (" + std::to_string(o.sample_steps) +
+                    ") must not exceed diffusion.timesteps (" + std::to_string(o.timesteps) + ")");
 }
 
 }  // namespace tessera::models::diffusion

@@ -29,6 +29,10 @@ struct DiffusionOptions {
   double final_lr = 3e-5;
   int64_t warmup_steps = 100;
   double adam_eps = 1e-8;
+  // Sampling (`tessera sample`, and eval's generative metrics).
+  std::string sampler = "ddpm";  // DDIM's deterministic samples of small models are smoother
+  int64_t sample_steps = 50;
+  bool generative_eval = true;
 };
 
 // The [diffusion] section for FamilyInfo::config_sections.

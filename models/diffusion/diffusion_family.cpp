@@ -5,12 +5,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/adam_state.h"
 #include "framework/autocast.h"
+#include "framework/data/import.h"
+#include "framework/memory.h"
 #include "framework/micro_batch.h"
 #include "framework/run.h"
 
@@ -23,6 +27,10 @@ namespace {
 constexpr uint64_t kEpochPurpose = 0x45504f4348ull;  // "EPOCH"
 constexpr uint64_t kNoisePurpose = 0x4e4f495345ull;  // "NOISE"
 constexpr uint64_t kEvalPurpose = 0x4556414cull;     // "EVAL"
+constexpr uint64_t kEvalSamplePurpose = 0x4556534dull;  // "EVSM": eval's generated clouds
+constexpr uint64_t kSamplePurpose = 0x53414d50ull;      // "SAMP": `tessera sample`
+// Clouds denoised together by draw_samples (bounds the memory of sampling, not its result).
+constexpr int64_t kSampleChunk = 16;
 constexpr int64_t kChannels = 6;                     // xyz, rgb
 
 uint64_t mix(uint64_t a, uint64_t b) {  // SplitMix64 of the pair: decorrelated, platform-exact
@@ -60,7 +68,9 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
       options_(c.config.section<DiffusionOptions>()),
       seed_(static_cast<uint64_t>(c.config.run.seed)),
       device_(c.device),
-      recompute_(parse_recompute(c.config.checkpoint.policy)),
+      policy_(parse_recompute_policy(c.config.checkpoint.policy)),
+      policy_name_(c.config.checkpoint.policy),
+      precision_(c.config.train.precision),
       schedule_(options_.timesteps),
       lr_(lr_options(options_, c.config.train.steps)),
       train_(shapes_.indices(data::Split::Train)) {
@@ -82,6 +92,10 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   d.channels = kChannels;
   d.dropout = options_.dropout;
   model_ = std::make_unique<PointDenoiser>(d, seed_, device_);
+  const int64_t b = options_.batch, n = comm_.size(), r = comm_.rank();
+  const int64_t mine = b * (r + 1) / n - b * r / n;
+  micro_shapes_ = (mine + options_.micro_batches - 1) / options_.micro_batches;
+  plan_recompute(c.config);
   optimizer_ = std::make_unique<torch::optim::Adam>(
       model_->parameters(), torch::optim::AdamOptions(options_.lr).eps(options_.adam_eps));
   distributed::GradientSyncOptions sync;
@@ -94,11 +108,58 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
 
 DiffusionFamily::~DiffusionFamily() = default;
 
+SegmentInfo DiffusionFamily::measure_block(const std::string& precision) {
+  return diffusion::measure_block(*model_, micro_shapes_, options_.tokens, precision, device_);
+}
+
+void DiffusionFamily::plan_recompute(const Config& config) {
+  recompute_ = Recompute{};
+  switch (policy_) {
+    case RecomputePolicy::None: break;
+    case RecomputePolicy::Attention: recompute_.attention = true; break;
+    case RecomputePolicy::Blocks: recompute_.blocks.assign(options_.depth, true); break;
+    case RecomputePolicy::Budget: {
+      const CheckpointPlan plan = plan_block_budget(measure_block(config.train.precision),
+                                                    options_.depth, config.checkpoint.budget_mib);
+      recompute_.blocks = plan.checkpointed;
+      checkpoint_plan_ = plan.text;
+      if (!plan.fits)
+        spdlog::warn("activation checkpointing: checkpoint.budget_mib = {} cannot be met even "
+                     "recomputing every block (see the plan)", config.checkpoint.budget_mib);
+      break;
+    }
+  }
+}
+
+int64_t DiffusionFamily::measure_activation_bytes(const std::string& precision) {
+  return measure_forward(*model_, micro_shapes_, options_.tokens, options_.timesteps, recompute_,
+                         precision, device_);
+}
+
 void DiffusionFamily::on_start(int64_t first_step) {
   spdlog::info("point-diffusion: {} parameters (width {}, depth {}, heads {}), {} tokens, "
                "batch {} shapes over {} rank(s), {} train shapes, from step {}",
                model_->parameter_count(), options_.width, options_.depth, options_.heads,
                options_.tokens, options_.batch, comm_.size(), train_.size(), first_step);
+  if (!checkpoint_plan_.empty()) spdlog::info("{}", checkpoint_plan_);
+  // The memory this rank needs, by kind (as torch.cuda.memory_summary splits it): parameters,
+  // their gradients and Adam's two moments are fp32 whatever the precision; the activations are
+  // those one micro-batch's forward stores until backward under the checkpoint policy.
+  const int64_t params = model_->parameter_count() * static_cast<int64_t>(sizeof(float));
+  int64_t activations = -1;
+  try {
+    activations = measure_activation_bytes(precision_);
+  } catch (const std::runtime_error&) {  // this device's memory cannot be measured
+  }
+  const int64_t total = 4 * params + std::max<int64_t>(activations, 0);
+  spdlog::info(
+      "memory of rank {} ({} shapes x {} tokens per micro-batch, {}, checkpoint.policy {}):\n"
+      "  parameters        {:>10}\n  gradients         {:>10}\n  optimizer (Adam)  {:>10}\n"
+      "  activations       {:>10}\n  total             {:>10}",
+      comm_.rank(), micro_shapes_, options_.tokens, precision_,
+      policy_name_, format_bytes(params), format_bytes(params),
+      format_bytes(2 * params), activations < 0 ? "unmeasured" : format_bytes(activations),
+      format_bytes(total));
 }
 
 std::vector<int64_t> DiffusionFamily::batch_shapes(int64_t step) {
@@ -217,9 +278,97 @@ EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, 
   EvalScores scores;
   scores.items = static_cast<int64_t>(items.size());
   scores.unit = "shapes";
-  if (!items.empty())
-    scores.metrics = {{"denoise_loss", total.item<double>() / static_cast<double>(items.size())}};
+  if (items.empty()) return scores;
+  scores.metrics = {{"denoise_loss", total.item<double>() / static_cast<double>(items.size())}};
+  if (!options_.generative_eval) return scores;
+  // As many samples as shapes scored, the same start noise at every eval (comparable across
+  // steps); the Chamfer distances on rank 0, which reads the references.
+  const torch::Tensor samples =
+      draw_samples(static_cast<int64_t>(items.size()), options_.sample_steps,
+                   parse_sampler(options_.sampler), seed_, kEvalSamplePurpose, {});
+  torch::Tensor values = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat64));
+  if (comm_.rank() == 0) {
+    const std::vector<int64_t> ids(items.begin(), items.end());
+    const torch::Tensor references = clean_points(ids).cpu();
+    const GenerativeScores g =
+        generative_scores(samples.narrow(2, 0, 3), references.narrow(2, 0, 3));
+    values = torch::tensor({g.mmd, g.coverage, g.nna}, torch::kFloat64);
+  }
+  values = values.to(comm_.device());
+  comm_.broadcast(values, 0);
+  values = values.cpu();
+  scores.metrics.emplace_back("mmd", values[0].item<double>());
+  scores.metrics.emplace_back("cov", values[1].item<double>());
+  scores.metrics.emplace_back("1nna", values[2].item<double>());
   return scores;
+}
+
+torch::Tensor DiffusionFamily::draw_samples(int64_t count, int64_t steps, Sampler sampler,
+                                            uint64_t seed, uint64_t purpose,
+                                            const std::function<void(int64_t)>& on_chunk) {
+  respaced_levels(steps, options_.timesteps);  // the same UserError on every rank, before work
+  const int64_t rank = comm_.rank(), size = comm_.size();
+  const int64_t begin = count * rank / size, end = count * (rank + 1) / size;
+  const NoisePredictor predict = [this](const torch::Tensor& x, const torch::Tensor& t) {
+    return model_->forward(x, t, /*training=*/false);
+  };
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> mine;
+  for (int64_t lo = begin; lo < end; lo += kSampleChunk) {
+    const int64_t hi = std::min(end, lo + kSampleChunk);
+    std::vector<torch::Generator> generators;
+    std::vector<torch::Tensor> noise;
+    for (int64_t i = lo; i < hi; ++i) {
+      generators.push_back(generator(seed, purpose, static_cast<uint64_t>(i), 0));
+      noise.push_back(torch::randn({options_.tokens, kChannels}, generators.back(), torch::kFloat32));
+    }
+    mine.push_back(
+        sample(predict, schedule_, torch::stack(noise).to(device_), steps, sampler, generators)
+            .cpu());
+    if (on_chunk) on_chunk(hi - begin);
+  }
+  const torch::Tensor local =
+      mine.empty() ? torch::empty({0, options_.tokens, kChannels}) : torch::cat(mine);
+  return comm_.allgatherv(local.to(comm_.device())).cpu();
+}
+
+std::string DiffusionFamily::write_samples(const SampleRequest& request) {
+  const int64_t steps = request.steps > 0 ? request.steps : options_.sample_steps;
+  const std::string name = request.sampler.empty() ? options_.sampler : request.sampler;
+  const Sampler sampler = parse_sampler(name);
+  if (request.count < 1) throw UserError("--count must be at least 1");
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t mine = request.count * (comm_.rank() + 1) / comm_.size() -
+                       request.count * comm_.rank() / comm_.size();
+  const torch::Tensor clouds =
+      draw_samples(request.count, steps, sampler, request.seed, kSamplePurpose,
+                   [&](int64_t done) {
+                     if (comm_.rank() == 0)
+                       std::fprintf(stderr, "\rsampled %lld/%lld on rank 0",
+                                    static_cast<long long>(done), static_cast<long long>(mine));
+                   });
+  if (comm_.rank() == 0 && mine > 0) std::fprintf(stderr, "\n");
+  if (comm_.rank() == 0) {
+    namespace fs = std::filesystem;
+    for (int64_t i = 0; i < clouds.size(0); ++i) {
+      char file[32];
+      std::snprintf(file, sizeof file, "sample-%04lld.ply", static_cast<long long>(i));
+      const fs::path path = fs::path(request.out_dir) / file;
+      const fs::path partial = path.string() + ".partial";
+      const torch::Tensor rgb = ((clouds[i].narrow(1, 3, 3) + 1) * 127.5).round().clamp(0, 255);
+      data::write_ply_points(partial.string(), clouds[i].narrow(1, 0, 3), rgb);
+      fs::rename(partial, path);
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%lld samples (%s, %lld steps, %lld points each) in %s/sample-*.ply, %.1f s",
+                static_cast<long long>(request.count), name.c_str(),
+                static_cast<long long>(steps), static_cast<long long>(options_.tokens),
+                request.out_dir.c_str(), seconds);
+  return line;
 }
 
 torch::Tensor DiffusionFamily::render_camera(const data::Camera&, int64_t) {
@@ -254,7 +403,11 @@ void register_diffusion_family(FamilyRegistry& registry) {
   info.check_config = [](const Config& config) {
     const DiffusionOptions& o = config.section<DiffusionOptions>();
     check_diffusion_options(o, config.source_path);
-    parse_recompute(config.checkpoint.policy);
+    if (parse_recompute_policy(config.checkpoint.policy) == RecomputePolicy::Budget) {
+      CheckpointPolicyOptions budget;
+      budget.budget_mib = config.checkpoint.budget_mib;
+      make_checkpoint_policy("budget", budget);  // checkpoint.budget_mib > 0
+    }
     LrSchedule{lr_options(o, config.train.steps)};
   };
   info.open_dataset = [](const std::string& path) -> std::unique_ptr<data::Dataset> {

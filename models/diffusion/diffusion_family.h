@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,11 +12,14 @@
 
 #include "distributed/gradient_synchronizer.h"
 #include "framework/data/shapes.h"
+#include "framework/bench_util.h"
+#include "framework/checkpoint_policy.h"
 #include "framework/family.h"
 #include "framework/schedule.h"
 #include "models/diffusion/diffusion_config.h"
 #include "models/diffusion/noise_schedule.h"
 #include "models/diffusion/point_denoiser.h"
+#include "models/diffusion/sampling.h"
 
 namespace tessera::models::diffusion {
 
@@ -43,6 +47,10 @@ class DiffusionFamily : public ModelFamily {
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
   std::string describe() override;
+  // `tessera sample`: request.count clouds split across ranks, sample i's start noise (and
+  // DDPM's noise) drawn from (request.seed, i) only; rank 0 writes DIR/sample-NNNN.ply (xyz,
+  // rgb), each file whole or not at all.
+  std::string write_samples(const SampleRequest& request) override;
   std::string not_learning_causes() const override;
 
   const PointDenoiser& model() const { return *model_; }
@@ -50,25 +58,51 @@ class DiffusionFamily : public ModelFamily {
   std::vector<int64_t> batch_shapes(int64_t step);
   // x_0 of shapes `ids`: [B, tokens, 6], xyz then rgb scaled to [-1, 1], on the device.
   torch::Tensor clean_points(const std::vector<int64_t>& ids) const;
+  // Clouds `0 .. count` drawn with `sampler` in `steps` steps, sample i's randomness from
+  // (seed, purpose, i): split across ranks, gathered on every rank: [count, tokens, 6] float32
+  // on the CPU, channels as clean_points'. `on_chunk(done)` (may be empty) sees rank 0's
+  // progress. Collective.
+  torch::Tensor draw_samples(int64_t count, int64_t steps, Sampler sampler, uint64_t seed,
+                             uint64_t purpose, const std::function<void(int64_t)>& on_chunk);
+  // What one block stores until backward on this rank's micro-batch when kept whole
+  // (activation_bytes) and when recomputed (boundary_bytes: its output), measured on a dry
+  // forward under `precision`; the budget policy plans on it. The random state is left as it was.
+  SegmentInfo measure_block(const std::string& precision);
+  // What forward() recomputes under checkpoint.policy (for "budget", the plan over the blocks).
+  const Recompute& recompute() const { return recompute_; }
+  // Bytes stored until backward by one micro-batch's forward under recompute(), measured on a
+  // dry forward of this rank's micro-batch size (the random state is left as it was).
+  int64_t measure_activation_bytes(const std::string& precision);
 
  private:
+  // checkpoint.policy -> recompute_ (and the budget plan's text).
+  void plan_recompute(const Config& config);
+
   distributed::Communicator& comm_;
   const data::shapes::ShapesReader& shapes_;
   DiffusionOptions options_;
   uint64_t seed_;
   torch::Device device_;
+  RecomputePolicy policy_;
   Recompute recompute_;
+  std::string checkpoint_plan_;  // the budget policy's plan, logged at start
+  std::string policy_name_;  // checkpoint.policy
+  std::string precision_;
   std::unique_ptr<PointDenoiser> model_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<distributed::GradientSynchronizer> sync_;
   NoiseSchedule schedule_;
   LrSchedule lr_;
   std::vector<size_t> train_;
+  int64_t micro_shapes_ = 0;  // shapes in this rank's largest micro-batch
   std::map<int64_t, std::vector<int64_t>> epochs_;  // epoch -> permutation of train_ (cache)
   double step_lr_ = 0.0;
 };
 
 // FamilyInfo registration: model `point-diffusion`, its [diffusion] section and its dataset.
 void register_diffusion_family(FamilyRegistry& registry);
+
+// `tessera bench diffusion` (diffusion_bench.cpp): the checkpoint policies' memory and time.
+bench::BenchCommand add_diffusion_bench(CLI::App& bench);
 
 }  // namespace tessera::models::diffusion

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "distributed/errors.h"
+#include "framework/autocast.h"
 #include "framework/checkpoint.h"
 
 namespace tessera::models::diffusion {
@@ -18,15 +19,46 @@ namespace {
 constexpr int64_t kMlpRatio = 4;
 // Timestep embedding: periods from 2 pi up to 2 pi * 10000 (DDPM's).
 constexpr double kMaxPeriod = 10000.0;
+// The seed of the dry forwards' inputs (their values do not change what is stored).
+constexpr uint64_t kMeasureSeed = 0x4d454153ull;  // "MEAS"
+
+// Saves the default generators of the CPU and of `device` and puts them back on scope exit, so
+// that a dry forward (which draws dropout masks) leaves training's randomness as it was.
+class RandomStateGuard {
+ public:
+  explicit RandomStateGuard(torch::Device device) : device_(device) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu_ = cpu.get_state();
+    if (device.is_cuda()) {
+      at::Generator gpu = at::globalContext().defaultGenerator(device);
+      device_state_ = gpu.get_state();
+    }
+  }
+  ~RandomStateGuard() {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(cpu_);
+    if (device_.is_cuda()) {
+      at::Generator gpu = at::globalContext().defaultGenerator(device_);
+      gpu.set_state(device_state_);
+    }
+  }
+  RandomStateGuard(const RandomStateGuard&) = delete;
+  RandomStateGuard& operator=(const RandomStateGuard&) = delete;
+
+ private:
+  torch::Device device_;
+  torch::Tensor cpu_, device_state_;
+};
 
 }  // namespace
 
-Recompute parse_recompute(const std::string& policy) {
-  if (policy == "none") return Recompute::None;
-  if (policy == "blocks") return Recompute::Blocks;
-  if (policy == "attention") return Recompute::Attention;
+RecomputePolicy parse_recompute_policy(const std::string& policy) {
+  if (policy == "none") return RecomputePolicy::None;
+  if (policy == "blocks") return RecomputePolicy::Blocks;
+  if (policy == "attention") return RecomputePolicy::Attention;
+  if (policy == "budget") return RecomputePolicy::Budget;
   throw UserError("checkpoint.policy = \"" + policy + "\" is not one of point-diffusion's: none, "
-                  "blocks, attention");
+                  "blocks, attention, budget");
 }
 
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t width) {
@@ -99,21 +131,26 @@ int64_t PointDenoiser::parameter_count() const {
 }
 
 torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool training,
-                                   Recompute recompute) const {
+                                   bool attention_recompute) const {
   const std::string b = "block" + std::to_string(k) + ".";
   const int64_t w = options_.width, heads = options_.heads;
   const double p = training ? options_.dropout : 0.0;
   const int64_t batch = h.size(0), tokens = h.size(1);
-  const torch::Tensor a = torch::layer_norm(h, {w}, param(b + "norm1_w"), param(b + "norm1_b"));
-  const torch::Tensor qkv = torch::linear(a, param(b + "qkv_w"), param(b + "qkv_b"))
-                                .view({batch, tokens, 3, heads, w / heads})
-                                .permute({2, 0, 3, 1, 4});  // [3, B, heads, tokens, w / heads]
-  auto attend = [p](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-    return {at::scaled_dot_product_attention(in[0], in[1], in[2], {}, p)};
+  // The attention sublayer up to its output projection: norm, QKV projection and the core.
+  // Recomputing only the core would save nothing when scaled_dot_product_attention picks a fused
+  // kernel (flash or memory-efficient attention): the core then keeps its inputs Q, K, V (views
+  // of the projection's output) and its output, which a checkpoint of the core keeps as well.
+  // By value: a checkpoint runs it again in backward, after this function has returned.
+  auto attention = [this, b, w, heads, batch, tokens, p](
+                       const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+    const torch::Tensor a =
+        torch::layer_norm(in[0], {w}, param(b + "norm1_w"), param(b + "norm1_b"));
+    const torch::Tensor qkv = torch::linear(a, param(b + "qkv_w"), param(b + "qkv_b"))
+                                  .view({batch, tokens, 3, heads, w / heads})
+                                  .permute({2, 0, 3, 1, 4});  // [3, B, heads, tokens, w / heads]
+    return {at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, p)};
   };
-  const std::vector<torch::Tensor> q_k_v = {qkv[0], qkv[1], qkv[2]};
-  torch::Tensor attended = recompute == Recompute::Attention ? checkpoint(attend, q_k_v)[0]
-                                                             : attend(q_k_v)[0];
+  torch::Tensor attended = attention_recompute ? checkpoint(attention, {h})[0] : attention({h})[0];
   attended = attended.transpose(1, 2).reshape({batch, tokens, w});
   torch::Tensor x = h + torch::dropout(torch::linear(attended, param(b + "proj_w"),
                                                      param(b + "proj_b")), p, training);
@@ -125,7 +162,7 @@ torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool train
 }
 
 torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, bool training,
-                                     Recompute recompute) const {
+                                     const Recompute& recompute) const {
   const int64_t w = options_.width;
   const torch::Tensor emb = timestep_embedding(t, w);
   const torch::Tensor time_token = torch::linear(
@@ -134,19 +171,58 @@ torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor h = torch::cat(
       {time_token.unsqueeze(1), torch::linear(x, param("input_w"), param("input_b"))}, 1);
   for (int64_t k = 0; k < options_.depth; ++k) {
-    if (recompute == Recompute::Blocks) {
+    if (recompute.block(k)) {
       h = checkpoint(
           [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-            return {block(k, in[0], training, Recompute::None)};
+            return {block(k, in[0], training, /*attention_recompute=*/false)};
           },
           {h})[0];
     } else {
-      h = block(k, h, training, recompute);
+      h = block(k, h, training, recompute.attention);
     }
   }
   const torch::Tensor out = torch::layer_norm(h.narrow(1, 1, h.size(1) - 1), {w},
                                               param("final_norm_w"), param("final_norm_b"));
   return torch::linear(out, param("output_w"), param("output_b"));
+}
+
+SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t tokens,
+                          const std::string& precision, torch::Device device) {
+  RandomStateGuard keep(device);
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kMeasureSeed);
+  const torch::Tensor h =
+      torch::randn({shapes, tokens + 1, model.options().width}, gen).to(device);
+  AutocastScope autocast(precision, device);
+  const SegmentMeasurement m = measure_segment(
+      [&model](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+        return {model.block(0, in[0], /*training=*/true, /*attention_recompute=*/false)};
+      },
+      {h}, device);
+  return {"block", m.activation_bytes, m.output_bytes};
+}
+
+CheckpointPlan plan_block_budget(const SegmentInfo& block, int64_t depth, double budget_mib) {
+  std::vector<SegmentInfo> blocks(depth, block);
+  for (int64_t k = 0; k < depth; ++k) blocks[k].name = "block" + std::to_string(k);
+  CheckpointPolicyOptions options;
+  options.budget_mib = budget_mib;
+  return make_checkpoint_policy("budget", options)->plan(blocks);
+}
+
+int64_t measure_forward(const PointDenoiser& model, int64_t shapes, int64_t tokens,
+                        int64_t timesteps, const Recompute& recompute,
+                        const std::string& precision, torch::Device device) {
+  RandomStateGuard keep(device);
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kMeasureSeed + 1);
+  const torch::Tensor x = torch::randn({shapes, tokens, model.options().channels}, gen).to(device);
+  const torch::Tensor t = torch::randint(timesteps, {shapes}, gen, torch::kInt64).to(device);
+  AutocastScope autocast(precision, device);
+  return measure_segment(
+             [&](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+               return {model.forward(in[0], in[1], /*training=*/true, recompute)};
+             },
+             {x, t}, device)
+      .activation_bytes;
 }
 
 }  // namespace tessera::models::diffusion

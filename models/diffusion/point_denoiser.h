@@ -12,13 +12,26 @@
 #include <utility>
 #include <vector>
 
+#include "framework/checkpoint_policy.h"
+
 namespace tessera::models::diffusion {
 
-// What forward() recomputes in backward instead of keeping (docs/diffusion.md, "Memory"):
-// nothing; each transformer block; or only the attention core (softmax(QK^T)V), as Point-E,
-// Shap-E and Megatron's selective recomputation do.
-enum class Recompute { None, Blocks, Attention };
-Recompute parse_recompute(const std::string& policy);  // "none" | "blocks" | "attention"
+// The checkpoint.policy values point-diffusion implements (docs/diffusion.md, "Memory"): keep
+// everything; recompute each transformer block; recompute the attention sublayer up to its output
+// projection (norm, QKV projection, softmax(QK^T)V; selective recomputation in Megatron's sense,
+// widened because a fused attention core keeps nothing a checkpoint of it would not); or
+// recompute as few whole blocks as fit checkpoint.budget_mib.
+enum class RecomputePolicy { None, Blocks, Attention, Budget };
+RecomputePolicy parse_recompute_policy(const std::string& policy);  // UserError for others
+
+// What forward() recomputes in backward instead of keeping.
+struct Recompute {
+  std::vector<bool> blocks;  // per transformer block: keep only its input, recompute it whole
+                             // (missing entries: keep)
+  bool attention = false;    // recompute the attention sublayer (to its projection) of the
+                             // blocks kept
+  bool block(int64_t k) const { return k < static_cast<int64_t>(blocks.size()) && blocks[k]; }
+};
 
 struct DenoiserOptions {
   int64_t width = 128;
@@ -36,7 +49,11 @@ class PointDenoiser {
   // x [B, N, channels] noisy points, t [B] int64 noise levels in [0, T): the predicted noise
   // [B, N, channels]. `training` turns dropout on.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, bool training,
-                        Recompute recompute = Recompute::None) const;
+                        const Recompute& recompute = {}) const;
+  // One transformer block on the hidden state h [B, 1 + N, width] (the forward's k-th), with
+  // the attention sublayer up to its output projection recomputed when `attention_recompute`.
+  torch::Tensor block(int64_t k, const torch::Tensor& h, bool training,
+                      bool attention_recompute) const;
 
   // Every parameter with a stable name ("block3.qkv_w"), in an order every rank shares.
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const {
@@ -48,12 +65,29 @@ class PointDenoiser {
 
  private:
   torch::Tensor param(const std::string& name) const;
-  torch::Tensor block(int64_t k, const torch::Tensor& h, bool training, Recompute recompute) const;
 
   DenoiserOptions options_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::map<std::string, torch::Tensor> by_name_;  // the same tensors, for forward's lookups
 };
+
+// What a block of `model` stores until backward on `shapes` clouds of `tokens` points when kept
+// whole (activation_bytes) and when recomputed (boundary_bytes: its output), measured on a dry
+// forward of block 0 under autocast `precision` (every block has the same shapes). The default
+// generators are left as they were (the dry forward draws dropout masks).
+SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t tokens,
+                          const std::string& precision, torch::Device device);
+
+// The budget policy over the model's `depth` blocks of the measured size `block`: recompute as
+// few whole blocks as keep the stored activations within `budget_mib` (framework/
+// checkpoint_policy.h; UserError unless budget_mib > 0).
+CheckpointPlan plan_block_budget(const SegmentInfo& block, int64_t depth, double budget_mib);
+
+// Bytes stored until backward by `model`'s forward of `shapes` clouds of `tokens` points under
+// `recompute` and autocast `precision`, measured on a dry forward (generators left as they were).
+int64_t measure_forward(const PointDenoiser& model, int64_t shapes, int64_t tokens,
+                        int64_t timesteps, const Recompute& recompute,
+                        const std::string& precision, torch::Device device);
 
 // Sinusoidal embedding of the noise levels t [B] into [B, width] float32 (as DDPM/GLIDE).
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t width);

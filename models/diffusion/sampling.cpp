@@ -15,17 +15,23 @@ Sampler parse_sampler(const std::string& name) {
   throw UserError("unknown sampler '" + name + "' (ddpm or ddim)");
 }
 
-torch::Tensor sample(const NoisePredictor& predict, const NoiseSchedule& schedule,
-                     const torch::Tensor& noise, int64_t steps, Sampler sampler,
-                     torch::Generator generator) {
-  const int64_t total = schedule.timesteps();
+std::vector<int64_t> respaced_levels(int64_t steps, int64_t total) {
   if (steps < 1 || steps > total)
-    throw UserError("--steps " + std::to_string(steps) + " must lie in [1, " +
+    throw UserError("sampling steps = " + std::to_string(steps) + " must lie in [1, " +
                     std::to_string(total) + "] (the model's diffusion.timesteps)");
   // tau_1 = 0 < ... < tau_K = T - 1, evenly spread.
   std::vector<int64_t> levels(steps);
   for (int64_t i = 0; i < steps; ++i)
     levels[i] = steps == 1 ? total - 1 : (i * (total - 1) + (steps - 1) / 2) / (steps - 1);
+  return levels;
+}
+
+torch::Tensor sample(const NoisePredictor& predict, const NoiseSchedule& schedule,
+                     const torch::Tensor& noise, int64_t steps, Sampler sampler,
+                     std::vector<torch::Generator> generators) {
+  const std::vector<int64_t> levels = respaced_levels(steps, schedule.timesteps());
+  if (sampler == Sampler::Ddpm && static_cast<int64_t>(generators.size()) != noise.size(0))
+    throw std::invalid_argument("sample: DDPM needs one generator per cloud");
   const auto a = schedule.alphas_cumprod().accessor<double, 1>();
   torch::NoGradGuard no_grad;
   torch::Tensor x = noise;
@@ -51,8 +57,10 @@ torch::Tensor sample(const NoisePredictor& predict, const NoiseSchedule& schedul
     x = mean_x0 * x0 + mean_xt * x;
     if (i > 0) {
       const double variance = beta * (1.0 - a_prev) / (1.0 - a_t);
-      const torch::Tensor z = torch::randn(x.sizes(), generator, torch::kFloat32).to(x.device());
-      x = x + std::sqrt(variance) * z;
+      std::vector<torch::Tensor> z;
+      for (int64_t b = 0; b < batch; ++b)
+        z.push_back(torch::randn({x.size(1), x.size(2)}, generators[b], torch::kFloat32));
+      x = x + std::sqrt(variance) * torch::stack(z).to(x.device());
     }
   }
   return x;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "models/diffusion/noise_schedule.h"
 
@@ -23,10 +24,15 @@ using NoisePredictor = std::function<torch::Tensor(const torch::Tensor& x_t, con
 // = 0 spread evenly (DDIM's respacing; steps = T is the full chain). Each step predicts x_0 from
 // the noise estimate, clipped to [-1, 1] (the data's range: points in the unit ball, colors
 // scaled to [-1, 1]); DDPM then draws from the posterior q(x_prev | x_t, x_0) of the respaced
-// chain with `generator`'s noise, DDIM (eta = 0) moves deterministically.
+// chain, cloud b's noise from generators[b] (so that a cloud does not depend on the others of
+// its batch), DDIM (eta = 0) moves deterministically.
 torch::Tensor sample(const NoisePredictor& predict, const NoiseSchedule& schedule,
                      const torch::Tensor& noise, int64_t steps, Sampler sampler,
-                     torch::Generator generator);
+                     std::vector<torch::Generator> generators);
+
+// The respaced levels tau_1 = 0 < ... < tau_K = T - 1 of a K-step chain; UserError unless
+// 1 <= K <= T.
+std::vector<int64_t> respaced_levels(int64_t steps, int64_t timesteps);
 
 // Chamfer distances between every cloud of `a` [A, N, 3] and of `b` [B, M, 3]: [A, B] float64,
 // mean over a's points of the squared distance to the nearest of b's plus the same from b to a.

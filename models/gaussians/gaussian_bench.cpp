@@ -89,15 +89,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   const int threads = context.apply_thread_share(0);
   const int rank = context.rank(), ranks = context.size();
   const MPI_Comm world = context.world();
-  const bool cuda = options.device == "cuda" ||
-                    (options.device == "auto" && context.one_cuda_device_per_rank());
-  if (cuda && !context.one_cuda_device_per_rank())
-    throw UserError("bench gaussians --device cuda: needs one CUDA device per rank on each node (" +
-                    std::to_string(context.info().local_size) + " ranks here, " +
-                    std::to_string(torch::cuda::device_count()) + " devices visible)");
-  const torch::Device device =
-      cuda ? torch::Device(torch::kCUDA, context.cuda_device_index()) : torch::Device(torch::kCPU);
-  if (device.is_cpu()) install_counting_cpu_allocator();
+  const torch::Device device = bench::bench_device(context, options.device, "gaussians");
   auto comm = distributed::make_communicator(context, "auto", device);
   bench::progress(rank, "gaussians", "%d rank(s) on %s, %d CPU threads per rank", ranks, device.str().c_str(), threads);
 
