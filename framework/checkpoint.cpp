@@ -21,6 +21,8 @@
 #include <string>
 #include <utility>
 
+#include "framework/autocast.h"
+
 namespace tessera {
 namespace {
 
@@ -76,52 +78,6 @@ class RngReplay {
  private:
   bool active_;
   RngState outer_;
-};
-
-// Autocast settings of the devices Tessera runs on.
-struct AutocastState {
-  bool cpu_enabled = false;
-  at::ScalarType cpu_dtype = at::kBFloat16;
-  bool cuda_enabled = false;
-  at::ScalarType cuda_dtype = at::kHalf;
-  bool cache_enabled = true;
-};
-
-AutocastState capture_autocast() {
-  AutocastState s;
-  s.cpu_enabled = at::autocast::is_autocast_enabled(at::kCPU);
-  s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-  s.cuda_enabled = at::autocast::is_autocast_enabled(at::kCUDA);
-  s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-  s.cache_enabled = at::autocast::is_autocast_cache_enabled();
-  return s;
-}
-
-void apply_autocast(const AutocastState& s) {
-  at::autocast::set_autocast_enabled(at::kCPU, s.cpu_enabled);
-  at::autocast::set_autocast_dtype(at::kCPU, s.cpu_dtype);
-  at::autocast::set_autocast_enabled(at::kCUDA, s.cuda_enabled);
-  at::autocast::set_autocast_dtype(at::kCUDA, s.cuda_dtype);
-  at::autocast::set_autocast_cache_enabled(s.cache_enabled);
-}
-
-// Enters the forward's autocast state like `with torch.autocast(...)` does: it bumps the nesting
-// level and clears the cast-weight cache when the outermost region is left.
-class AutocastReplay {
- public:
-  explicit AutocastReplay(const AutocastState& forward_state) : outer_(capture_autocast()) {
-    apply_autocast(forward_state);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastReplay() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    apply_autocast(outer_);
-  }
-  AutocastReplay(const AutocastReplay&) = delete;
-  AutocastReplay& operator=(const AutocastReplay&) = delete;
-
- private:
-  AutocastState outer_;
 };
 
 // Everything backward needs besides the saved inputs.

@@ -3,6 +3,7 @@
 // configs of earlier versions), and that docs/config.md matches the generated key reference.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -205,6 +206,31 @@ TEST(ConfigFile, DemoConfigLoads) {
   EXPECT_EQ(c.section<NerfConfig>().rays_per_step, 2048);
   EXPECT_EQ(c.eval.max_views, 2);
   EXPECT_EQ(c.source_path, path);
+}
+
+// Every config the project ships loads and passes its model's own checks (what `tessera train`
+// runs before MPI), so that launch/demo and the README's commands start.
+TEST(ConfigFile, EveryShippedConfigLoadsAndPassesItsModelsChecks) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source_dir() + "/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    const std::string path = entry.path().string();
+    SCOPED_TRACE(path);
+    Config c;
+    ASSERT_NO_THROW(c = load_config(path)) << error_of([&] { load_config(path); });
+    const FamilyInfo& family = families().get(c.model.name, path);
+    if (family.check_config) EXPECT_NO_THROW(family.check_config(c));
+    ++count;
+  }
+  EXPECT_GE(count, 5) << "demo_nerf, demo_gaussians, demo_diffusion, capture_nerf, capture_gaussians";
+}
+
+TEST(ConfigFile, DemoDiffusionConfigTrainsPointDiffusionOnTheDemoShapes) {
+  const Config c = load_config(source_dir() + "/configs/demo_diffusion.toml");
+  EXPECT_EQ(c.model.name, "point-diffusion");
+  EXPECT_EQ(c.data.path, "runs/demo_shapes.h5");
+  EXPECT_EQ(c.eval.split, "test");
+  EXPECT_EQ(c.section<models::diffusion::DiffusionOptions>().sampler, "ddpm");
 }
 
 TEST(ConfigFile, NameDefaultsToFileStem) {

@@ -145,6 +145,16 @@ TEST_F(DiffusionTest, AccumulationIsExact) {
   EXPECT_LE(relative_difference(a.family.model(), b.family.model()), 1e-5);
 }
 
+// The output layer starts at zero, which makes every other gradient of an untrained model zero:
+// give it weights, the same for every family built with the same seed, so that a comparison of
+// gradients covers every parameter.
+void wake_output_layer(df::DiffusionFamily& family) {
+  torch::NoGradGuard no_grad;
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  for (const auto& [name, p] : family.model().named_parameters())
+    if (name == "output_w") p.copy_(torch::randn(p.sizes(), gen) * 0.1);
+}
+
 // The budget that keeps all blocks but one of `family`'s model: one block's activations fewer,
 // its output more, in MiB.
 double budget_for_one_recomputed_block(df::DiffusionFamily& family, int64_t depth) {
@@ -158,36 +168,66 @@ double budget_for_one_recomputed_block(df::DiffusionFamily& family, int64_t dept
 // dropout included (the checkpoint replays the generator); the budget policy recomputes one
 // block of two when that fits.
 TEST_F(DiffusionTest, CheckpointingIsExactWithDropout) {
-  double budget_mib = 0;
-  {
-    const Config c = config({"diffusion.dropout=0.2"});
-    df::DiffusionFamily family(
-        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
-    budget_mib = budget_for_one_recomputed_block(family, 2);
-  }
-  std::vector<std::vector<torch::Tensor>> grads;
-  for (const char* policy : {"none", "blocks", "attention", "budget"}) {
-    const Config c = config({std::string("checkpoint.policy=") + policy, "diffusion.dropout=0.2",
-                             "checkpoint.budget_mib=" + std::to_string(budget_mib)});
-    df::DiffusionFamily family(
-        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
-    if (std::string(policy) == "budget") {
-      EXPECT_EQ(family.recompute().blocks, (std::vector<bool>{true, false}));
+  // With dropout the attention core takes the unfused kernel and the attention policy
+  // checkpoints the sublayer; without, it keeps the fused kernel's output (KeepAttentionOutput).
+  for (const char* dropout : {"0.2", "0"}) {
+    double budget_mib = 0;
+    {
+      const Config c = config({std::string("diffusion.dropout=") + dropout});
+      df::DiffusionFamily family(
+          FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+      budget_mib = budget_for_one_recomputed_block(family, 2);
     }
-    torch::manual_seed(11);  // the same dropout masks for every policy
+    std::vector<std::vector<torch::Tensor>> grads;
+    for (const char* policy : {"none", "blocks", "attention", "budget"}) {
+      const Config c = config({std::string("checkpoint.policy=") + policy,
+                               std::string("diffusion.dropout=") + dropout,
+                               "checkpoint.budget_mib=" + std::to_string(budget_mib)});
+      df::DiffusionFamily family(
+          FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+      if (std::string(policy) == "budget") {
+        EXPECT_EQ(family.recompute().blocks, (std::vector<bool>{true, false})) << dropout;
+      }
+      wake_output_layer(family);
+      torch::manual_seed(11);  // the same dropout masks for every policy
+      StepControl control;
+      control.step = 3;
+      control.seed = 5;
+      family.forward_backward(control);
+      std::vector<torch::Tensor> g;
+      for (const torch::Tensor& t : family.gradients()) {
+        g.push_back(t.clone());
+        EXPECT_GT(t.abs().max().item<double>(), 0.0) << "every parameter has a gradient";
+      }
+      grads.push_back(g);
+    }
+    for (size_t policy = 1; policy < grads.size(); ++policy)
+      for (size_t i = 0; i < grads[0].size(); ++i)
+        EXPECT_TRUE(torch::allclose(grads[policy][i], grads[0][i], 1e-6, 1e-9))
+            << "dropout " << dropout << " policy " << policy << " parameter " << i
+            << " differs by " << (grads[policy][i] - grads[0][i]).abs().max().item<double>();
+  }
+}
+
+// bf16 autocast: the attention policy's recomputed Q, K, V have the forward's dtype.
+TEST_F(DiffusionTest, AttentionRecomputationReplaysAutocast) {
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const char* policy : {"none", "attention"}) {
+    const Config c = config({std::string("checkpoint.policy=") + policy});
+    df::DiffusionFamily family(
+        FamilyContext{c, *test::g_context, world(), *shapes_, torch::Device(torch::kCPU)});
+    wake_output_layer(family);
     StepControl control;
-    control.step = 3;
-    control.seed = 5;
+    control.step = 2;
+    control.precision = "bf16";
     family.forward_backward(control);
     std::vector<torch::Tensor> g;
     for (const torch::Tensor& t : family.gradients()) g.push_back(t.clone());
     grads.push_back(g);
   }
-  for (size_t policy = 1; policy < grads.size(); ++policy)
-    for (size_t i = 0; i < grads[0].size(); ++i)
-      EXPECT_TRUE(torch::allclose(grads[policy][i], grads[0][i], 1e-6, 1e-9))
-          << "policy " << policy << " parameter " << i << " differs by "
-          << (grads[policy][i] - grads[0][i]).abs().max().item<double>();
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    EXPECT_TRUE(torch::allclose(grads[1][i], grads[0][i], 1e-5, 1e-7))
+        << "parameter " << i << " differs by " << (grads[1][i] - grads[0][i]).abs().max().item<double>();
 }
 
 // The policies store what they promise, measured on a dry forward of a micro-batch: recomputing

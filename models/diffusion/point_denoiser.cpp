@@ -3,6 +3,8 @@
 #include "models/diffusion/point_denoiser.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -48,6 +50,68 @@ class RandomStateGuard {
  private:
   torch::Device device_;
   torch::Tensor cpu_, device_state_;
+};
+
+// Q, K, V [B, heads, N, d] of the block input h [B, N, w]: its layer norm and QKV projection.
+std::vector<torch::Tensor> project_qkv(const torch::Tensor& h, const torch::Tensor& norm_w,
+                                       const torch::Tensor& norm_b, const torch::Tensor& qkv_w,
+                                       const torch::Tensor& qkv_b, int64_t heads) {
+  const int64_t batch = h.size(0), tokens = h.size(1), w = h.size(2);
+  const torch::Tensor a = torch::layer_norm(h, {w}, norm_w, norm_b);
+  const torch::Tensor qkv = torch::linear(a, qkv_w, qkv_b)
+                                .view({batch, tokens, 3, heads, w / heads})
+                                .permute({2, 0, 3, 1, 4});  // [3, B, heads, tokens, w / heads]
+  return {qkv[0], qkv[1], qkv[2]};
+}
+
+// The attention sublayer up to its output projection, keeping only what the fused CPU attention
+// kernel's backward needs besides Q, K and V: the block input h, the core's output (also the
+// projection's input) and one log-sum-exp per query. Backward recomputes the norm and the QKV
+// projection (a few percent of the block's work) and runs the kernel's own backward, so the core
+// itself is not run again. CPU only, without dropout (the flash kernel's conditions); the output
+// is [B, N, heads, d], so that the projection reads it as [B, N, w] without a copy.
+class KeepAttentionOutput : public torch::autograd::Function<KeepAttentionOutput> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& h, const torch::Tensor& norm_w,
+                                                const torch::Tensor& norm_b,
+                                                const torch::Tensor& qkv_w,
+                                                const torch::Tensor& qkv_b, int64_t heads) {
+    const AutocastState autocast = capture_autocast();
+    const std::vector<torch::Tensor> q_k_v = project_qkv(h, norm_w, norm_b, qkv_w, qkv_b, heads);
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q_k_v[0], q_k_v[1], q_k_v[2]);
+    const torch::Tensor tokens_major = out.transpose(1, 2).contiguous();  // [B, N, heads, d]
+    ctx->save_for_backward({h, norm_w, norm_b, qkv_w, qkv_b, tokens_major, lse});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["cpu_autocast"] = autocast.cpu_enabled;
+    ctx->saved_data["cpu_dtype"] = static_cast<int64_t>(autocast.cpu_dtype);
+    return {tokens_major};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    AutocastState state = capture_autocast();
+    state.cpu_enabled = ctx->saved_data["cpu_autocast"].toBool();
+    state.cpu_dtype = static_cast<at::ScalarType>(ctx->saved_data["cpu_dtype"].toInt());
+    torch::Tensor h = saved[0].detach().requires_grad_(true);
+    std::vector<torch::Tensor> q_k_v;
+    {
+      AutocastReplay replay(state);  // the forward's Q, K, V dtypes
+      torch::AutoGradMode grad_on(true);
+      q_k_v = project_qkv(h, saved[1], saved[2], saved[3], saved[4],
+                          ctx->saved_data["heads"].toInt());
+    }
+    const torch::Tensor out = saved[5].transpose(1, 2);  // [B, heads, N, d]
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        grads[0].transpose(1, 2), q_k_v[0].detach(), q_k_v[1].detach(), q_k_v[2].detach(), out,
+        saved[6], /*dropout_p=*/0.0, /*is_causal=*/false);
+    std::vector<torch::Tensor> wrt = {h};
+    for (int i = 1; i <= 4; ++i) wrt.push_back(saved[i]);
+    const auto g = torch::autograd::grad(q_k_v, wrt, {dq, dk, dv}, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor()};
+  }
 };
 
 }  // namespace
@@ -140,18 +204,40 @@ torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool train
   // Recomputing only the core would save nothing when scaled_dot_product_attention picks a fused
   // kernel (flash or memory-efficient attention): the core then keeps its inputs Q, K, V (views
   // of the projection's output) and its output, which a checkpoint of the core keeps as well.
+  // On the CPU without dropout the flash kernel's output and log-sum-exp are kept and only the
+  // norm and the projection are recomputed (KeepAttentionOutput); elsewhere the sublayer is
+  // checkpointed whole.
+  if (attention_recompute && keeps_attention_output(h, training))
+    return residual_tail(k, h, kept_attention_output(k, h), training);
   // By value: a checkpoint runs it again in backward, after this function has returned.
-  auto attention = [this, b, w, heads, batch, tokens, p](
+  auto attention = [this, b, heads, p](
                        const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-    const torch::Tensor a =
-        torch::layer_norm(in[0], {w}, param(b + "norm1_w"), param(b + "norm1_b"));
-    const torch::Tensor qkv = torch::linear(a, param(b + "qkv_w"), param(b + "qkv_b"))
-                                  .view({batch, tokens, 3, heads, w / heads})
-                                  .permute({2, 0, 3, 1, 4});  // [3, B, heads, tokens, w / heads]
-    return {at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, p)};
+    const std::vector<torch::Tensor> q_k_v =
+        project_qkv(in[0], param(b + "norm1_w"), param(b + "norm1_b"), param(b + "qkv_w"),
+                    param(b + "qkv_b"), heads);
+    return {at::scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2], {}, p)};
   };
-  torch::Tensor attended = attention_recompute ? checkpoint(attention, {h})[0] : attention({h})[0];
-  attended = attended.transpose(1, 2).reshape({batch, tokens, w});
+  const torch::Tensor attended =
+      attention_recompute ? checkpoint(attention, {h})[0] : attention({h})[0];
+  return residual_tail(k, h, attended.transpose(1, 2).reshape({batch, tokens, w}), training);
+}
+
+bool PointDenoiser::keeps_attention_output(const torch::Tensor& h, bool training) const {
+  return h.device().is_cpu() && (!training || options_.dropout == 0.0);
+}
+
+torch::Tensor PointDenoiser::kept_attention_output(int64_t k, const torch::Tensor& h) const {
+  const std::string b = "block" + std::to_string(k) + ".";
+  return KeepAttentionOutput::apply(h, param(b + "norm1_w"), param(b + "norm1_b"),
+                                    param(b + "qkv_w"), param(b + "qkv_b"), options_.heads)[0]
+      .view({h.size(0), h.size(1), options_.width});
+}
+
+torch::Tensor PointDenoiser::residual_tail(int64_t k, const torch::Tensor& h,
+                                           const torch::Tensor& attended, bool training) const {
+  const std::string b = "block" + std::to_string(k) + ".";
+  const int64_t w = options_.width;
+  const double p = training ? options_.dropout : 0.0;
   torch::Tensor x = h + torch::dropout(torch::linear(attended, param(b + "proj_w"),
                                                      param(b + "proj_b")), p, training);
   const torch::Tensor n = torch::layer_norm(x, {w}, param(b + "norm2_w"), param(b + "norm2_b"));
@@ -159,6 +245,25 @@ torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool train
       torch::gelu(torch::linear(n, param(b + "fc1_w"), param(b + "fc1_b"))), param(b + "fc2_w"),
       param(b + "fc2_b"));
   return x + torch::dropout(mlp, p, training);
+}
+
+torch::Tensor PointDenoiser::recomputed_block(int64_t k, const torch::Tensor& h,
+                                             bool training) const {
+  if (keeps_attention_output(h, training)) {
+    // The block keeps its input and the attention core's output (one more width per token) and
+    // recomputes the rest, so that the core, the most expensive part at many tokens, never runs
+    // twice.
+    return checkpoint(
+        [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+          return {residual_tail(k, in[0], in[1], training)};
+        },
+        {h, kept_attention_output(k, h)})[0];
+  }
+  return checkpoint(
+      [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+        return {block(k, in[0], training, /*attention_recompute=*/false)};
+      },
+      {h})[0];
 }
 
 torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, bool training,
@@ -171,15 +276,8 @@ torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor h = torch::cat(
       {time_token.unsqueeze(1), torch::linear(x, param("input_w"), param("input_b"))}, 1);
   for (int64_t k = 0; k < options_.depth; ++k) {
-    if (recompute.block(k)) {
-      h = checkpoint(
-          [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
-            return {block(k, in[0], training, /*attention_recompute=*/false)};
-          },
-          {h})[0];
-    } else {
-      h = block(k, h, training, recompute.attention);
-    }
+    h = recompute.block(k) ? recomputed_block(k, h, training)
+                           : block(k, h, training, recompute.attention);
   }
   const torch::Tensor out = torch::layer_norm(h.narrow(1, 1, h.size(1) - 1), {w},
                                               param("final_norm_w"), param("final_norm_b"));
@@ -193,12 +291,18 @@ SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t to
   const torch::Tensor h =
       torch::randn({shapes, tokens + 1, model.options().width}, gen).to(device);
   AutocastScope autocast(precision, device);
-  const SegmentMeasurement m = measure_segment(
+  const SegmentMeasurement kept = measure_segment(
       [&model](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
         return {model.block(0, in[0], /*training=*/true, /*attention_recompute=*/false)};
       },
       {h}, device);
-  return {"block", m.activation_bytes, m.output_bytes};
+  // Recomputed, a block stores its output and, where the attention output is kept, that too.
+  const SegmentMeasurement recomputed = measure_segment(
+      [&model](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+        return {model.recomputed_block(0, in[0], /*training=*/true)};
+      },
+      {h}, device);
+  return {"block", kept.activation_bytes, recomputed.activation_bytes};
 }
 
 CheckpointPlan plan_block_budget(const SegmentInfo& block, int64_t depth, double budget_mib) {

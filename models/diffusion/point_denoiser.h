@@ -17,10 +17,12 @@
 namespace tessera::models::diffusion {
 
 // The checkpoint.policy values point-diffusion implements (docs/diffusion.md, "Memory"): keep
-// everything; recompute each transformer block; recompute the attention sublayer up to its output
-// projection (norm, QKV projection, softmax(QK^T)V; selective recomputation in Megatron's sense,
-// widened because a fused attention core keeps nothing a checkpoint of it would not); or
-// recompute as few whole blocks as fit checkpoint.budget_mib.
+// everything; recompute each transformer block (keeping the attention core's output where the
+// kernel allows, below); keep of the attention sublayer only what the
+// fused attention kernel's backward needs besides Q, K, V (its output and log-sum-exp) and
+// recompute the norm and the QKV projection (on the CPU without dropout; elsewhere the sublayer
+// up to its output projection is recomputed whole); or recompute as few whole blocks as fit
+// checkpoint.budget_mib.
 enum class RecomputePolicy { None, Blocks, Attention, Budget };
 RecomputePolicy parse_recompute_policy(const std::string& policy);  // UserError for others
 
@@ -28,7 +30,7 @@ RecomputePolicy parse_recompute_policy(const std::string& policy);  // UserError
 struct Recompute {
   std::vector<bool> blocks;  // per transformer block: keep only its input, recompute it whole
                              // (missing entries: keep)
-  bool attention = false;    // recompute the attention sublayer (to its projection) of the
+  bool attention = false;    // recompute the attention sublayer's inputs (norm, QKV) of the
                              // blocks kept
   bool block(int64_t k) const { return k < static_cast<int64_t>(blocks.size()) && blocks[k]; }
 };
@@ -50,6 +52,9 @@ class PointDenoiser {
   // [B, N, channels]. `training` turns dropout on.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, bool training,
                         const Recompute& recompute = {}) const;
+  // Block k checkpointed for the blocks and budget policies: its input (and, where
+  // keeps_attention_output, the attention core's output) kept, the rest recomputed in backward.
+  torch::Tensor recomputed_block(int64_t k, const torch::Tensor& h, bool training) const;
   // One transformer block on the hidden state h [B, 1 + N, width] (the forward's k-th), with
   // the attention sublayer up to its output projection recomputed when `attention_recompute`.
   torch::Tensor block(int64_t k, const torch::Tensor& h, bool training,
@@ -65,6 +70,15 @@ class PointDenoiser {
 
  private:
   torch::Tensor param(const std::string& name) const;
+  // Whether the attention core's output can be kept while its inputs are recomputed
+  // (KeepAttentionOutput: the fused CPU kernel, no dropout), and that output [B, 1 + N, width]
+  // of block k for the block input h.
+  bool keeps_attention_output(const torch::Tensor& h, bool training) const;
+  torch::Tensor kept_attention_output(int64_t k, const torch::Tensor& h) const;
+  // Block k after its attention core, whose output `attended` is [B, 1 + N, width]: the output
+  // projection and the residual, then the MLP sublayer.
+  torch::Tensor residual_tail(int64_t k, const torch::Tensor& h, const torch::Tensor& attended,
+                              bool training) const;
 
   DenoiserOptions options_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
@@ -72,7 +86,8 @@ class PointDenoiser {
 };
 
 // What a block of `model` stores until backward on `shapes` clouds of `tokens` points when kept
-// whole (activation_bytes) and when recomputed (boundary_bytes: its output), measured on a dry
+// whole (activation_bytes) and when recomputed (boundary_bytes: its output, and the attention
+// output it keeps, see PointDenoiser::recomputed_block), measured on a dry
 // forward of block 0 under autocast `precision` (every block has the same shapes). The default
 // generators are left as they were (the dry forward draws dropout masks).
 SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t tokens,
