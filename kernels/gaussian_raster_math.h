@@ -25,11 +25,13 @@ TESSERA_HD inline float exp_of(float x) { return expf(x); }
 TESSERA_HD inline double exp_of(double x) { return exp(x); }
 TESSERA_HD inline double floor_of(double x) { return floor(x); }
 TESSERA_HD inline bool finite(double x) { return isfinite(x); }
+TESSERA_HD inline double log_of(double x) { return log(x); }
 #else
 inline float exp_of(float x) { return std::exp(x); }
 inline double exp_of(double x) { return std::exp(x); }
 inline double floor_of(double x) { return std::floor(x); }
 inline bool finite(double x) { return std::isfinite(x); }
+inline double log_of(double x) { return std::log(x); }
 #endif
 
 // The tiles [x0, x1) x [y0, y1) a Gaussian touches: the bounding square with centre (mx, my) and
@@ -90,6 +92,12 @@ TESSERA_HD inline int64_t unmasked_tiles(const TileRect& r, const bool* mask, in
 // and conic (a, b, c) = inverse 2D covariance [[a, b], [b, c]]; dx = mx - px, dy = my - py:
 //   sigma = 0.5 * (a dx^2 + c dy^2) + b dx dy.
 template <typename scalar_t>
+TESSERA_HD inline scalar_t pair_sigma(scalar_t a, scalar_t b, scalar_t c, scalar_t dx,
+                                      scalar_t dy) {
+  return scalar_t(0.5) * (a * dx * dx + c * dy * dy) + b * dx * dy;
+}
+
+template <typename scalar_t>
 struct PixelAlpha {
   scalar_t dx, dy;  // mean - pixel centre
   scalar_t gauss;   // exp(-sigma)
@@ -105,8 +113,7 @@ TESSERA_HD inline PixelAlpha<scalar_t> pixel_alpha(scalar_t mx, scalar_t my, sca
   PixelAlpha<scalar_t> p;
   p.dx = mx - px;
   p.dy = my - py;
-  const scalar_t sigma =
-      scalar_t(0.5) * (a * p.dx * p.dx + c * p.dy * p.dy) + b * p.dx * p.dy;
+  const scalar_t sigma = pair_sigma(a, b, c, p.dx, p.dy);
   p.gauss = 0;
   p.alpha = 0;
   p.capped = false;
@@ -118,6 +125,17 @@ TESSERA_HD inline PixelAlpha<scalar_t> pixel_alpha(scalar_t mx, scalar_t my, sca
   p.alpha = p.capped ? static_cast<scalar_t>(kMaxAlpha) : raw;
   p.skip = p.alpha < static_cast<scalar_t>(kMinAlpha);
   return p;
+}
+
+// The sigma beyond which a Gaussian of this opacity is certainly skipped: opacity * exp(-sigma)
+// < kMinAlpha for every sigma > ln(opacity / kMinAlpha), and the 1e-3 margin (alpha 0.1% under
+// the threshold) absorbs the rounding of exp and of sigma. A pair whose sigma exceeds it needs no
+// exp: pixel_alpha would skip it. -inf for opacity <= 0 (always skipped); +inf for a NaN opacity
+// (pixel_alpha lets its NaN alpha through, so nothing may be culled).
+TESSERA_HD inline double skip_sigma(double opacity) {
+  if (opacity != opacity) return HUGE_VAL;
+  if (opacity <= 0.0) return -HUGE_VAL;
+  return log_of(opacity / kMinAlpha) + 1e-3;
 }
 
 // Gradients of one (pixel, Gaussian) pair from dL/dalpha: through alpha = opacity * exp(-sigma)

@@ -100,7 +100,8 @@ struct RasterizeGrads {
 // inputs validated by rasterize_gaussians and accept any strides; accumulation is in the inputs'
 // dtype. In backward an undefined grad output counts as zero.
 namespace cpu {
-// Parallel over tiles (at::parallel_for); each tile gathers its Gaussians once. Backward writes
+// Parallel over tiles (at::parallel_for); each tile gathers the Gaussians that can reach its
+// pixels, which walk them in vectorized row segments (docs/gaussian_kernels.md). Backward writes
 // each (pixel tile, Gaussian) entry's gradient into a buffer indexed by the entry, then sums the
 // entries of each Gaussian in entry order (a stable grouping by id): no atomics, and bitwise
 // identical results for any thread count.

@@ -207,6 +207,22 @@ TEST(GaussianRasterize, MatchesReferenceFloat32) {
   }
 }
 
+// Crowded tiles (hundreds of Gaussians per tile list, most pixels stopping early), where the CPU
+// op's row segments, per-tile culling and skipped Gaussians matter most.
+TEST(GaussianRasterize, MatchesReferenceCrowded) {
+  uint64_t seed = 300;
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+    for (const int64_t tile : {8, 16})
+      for (const Kind kind : {Kind::kMixed, Kind::kFaint}) {
+        const Shape c{700, 45, 37, 3, tile, kind};
+        const Scene s = make_scene(c.n, c.width, c.height, c.channels, dtype, seed++, kind, tile);
+        const Cotangents cot = random_cotangents(s, seed++);
+        const bool f64 = dtype == torch::kFloat64;
+        compare(run(s, cot, false), run(s, cot, true), f64 ? kRtol64 : kRtol32,
+                f64 ? kAtol64 : kAtol32, "crowded " + name_of(c, dtype));
+      }
+}
+
 // Each output alone (the other grad output reaches backward undefined), and no background.
 TEST(GaussianRasterize, PartialCotangentsAndNoBackground) {
   const Scene s = make_scene(90, 35, 26, 3, torch::kFloat64, 200);
