@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <system_error>
 
@@ -24,6 +25,17 @@ double median(std::vector<double> values) {
 double max_over_ranks(MPI_Comm comm, double value) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
   return value;
+}
+
+std::string phases_json(const PhaseTimes& phases) {
+  std::string out = "{";
+  char item[128];
+  for (const auto& [phase, seconds] : phases) {
+    std::snprintf(item, sizeof(item), "%s\"%s\":%.6g", out.size() > 1 ? "," : "", phase.c_str(),
+                  seconds);
+    out += item;
+  }
+  return out + "}";
 }
 
 void sync(torch::Device device) {

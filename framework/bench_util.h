@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "framework/phase_timer.h"
+
 namespace CLI {
 class App;
 }
@@ -31,6 +33,9 @@ struct BenchCommand {
 };
 
 double median(std::vector<double> values);  // of a non-empty list
+
+// {"project":0.012,...}: a JSON object of seconds per phase, in order.
+std::string phases_json(const PhaseTimes& phases);
 
 // The largest `value` over the ranks of `comm` (MPI_Allreduce MAX). Collective.
 double max_over_ranks(MPI_Comm comm, double value);

@@ -16,6 +16,7 @@ struct RunConfig {
   std::string out_dir;    // defaults to "runs/<name>"
   int64_t seed = 0;       // seed of all randomness
   std::string log_level;  // trace | debug | info | warn | error
+  bool verbose = false;   // the progress line adds the time per phase of the step
 };
 
 // [data] — the dataset.

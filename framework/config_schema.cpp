@@ -103,6 +103,11 @@ const std::vector<KeySpec>& framework_keys() {
       key("run", "log_level", [](auto& c) -> auto& { return c.run.log_level; })
           .defaults_to("info").one_of({"trace", "debug", "info", "warn", "error"})
           .doc("Least severe log message that is written."),
+      key("run", "verbose", [](auto& c) -> auto& { return c.run.verbose; })
+          .defaults_to(false)
+          .doc("The progress line adds this rank's seconds per phase of a step (means over the "
+               "steps since the last line; the phases of each family are listed in "
+               "docs/training_loop.md). metrics.jsonl has them always (phase_s)."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
           .doc("Path to the dataset: a tessera-scene HDF5 file, or a tessera-shapes file for `point-diffusion` (docs/formats.md); empty means none."),

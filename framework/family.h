@@ -17,6 +17,7 @@
 #include "framework/config.h"
 #include "framework/config_schema.h"
 #include "framework/data/scene.h"
+#include "framework/phase_timer.h"
 
 namespace tessera {
 
@@ -41,6 +42,9 @@ struct StepRecord {
   double work = 0.0;         // units of work of the step (ModelFamily::work_unit), global
   nlohmann::json fields;     // the family's own metrics.jsonl fields (lr, samples per ray, ...)
   std::string progress;      // the family's part of the progress line ("" = none)
+  // This rank's seconds per phase of the step (framework/phase_timer.h): the family's, set by
+  // forward_backward and completed by apply_step, then the run's own ("skip_check").
+  PhaseTimes phases;
 };
 
 // Scores of an evaluation: means over the items scored (a scene's views, a shape set's shapes),

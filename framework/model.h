@@ -13,6 +13,7 @@
 #include "distributed/communicator.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
+#include "framework/phase_timer.h"
 #include "framework/data/scene.h"
 
 namespace tessera {
@@ -58,7 +59,15 @@ struct StepContext {
   int64_t step = 0;
   uint64_t seed = 0;
   bool training = true;
+  // The step's phase timer (training): render laps "march", "encode", "mlp" and "composite" on it
+  // as it goes; null when nothing is timed.
+  PhaseTimer* phases = nullptr;
 };
+
+// Charges `phase` on the step's timer, when there is one.
+inline void lap(const StepContext& context, const std::string& phase) {
+  if (context.phases != nullptr) context.phases->lap(phase);
+}
 
 // What a factory gets besides the config: the scene's geometry and the device.
 struct ModelContext {

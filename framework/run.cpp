@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -25,6 +26,7 @@ RunOptions run_options(const Config& config) {
   o.max_skipped_steps = config.train.max_skipped_steps;
   o.check_agreement = config.distributed.check_agreement;
   o.log_every = config.train.log_every;
+  o.verbose = config.run.verbose;
   o.eval_every = config.eval.every;
   o.eval_split = config.eval.split;
   o.eval_max_views = config.eval.max_views;
@@ -99,12 +101,16 @@ StepRecord TrainingRun::train_step(int64_t step) {
   record.loss_scale = control.loss_scale;
 
   // Skip decision: the local count of non-finite gradients, agreed by a max over all ranks.
+  const auto check_start = std::chrono::steady_clock::now();
   torch::Tensor found = torch::tensor(
       {static_cast<int64_t>(scaler_->unscale_and_count_nonfinite(family_.gradients()) > 0)},
       torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
   comm_.allreduce(found, distributed::ReduceOp::Max);
   record.skipped = scaler_->update(found.item<int64_t>() != 0);
+  const double check_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
   family_.apply_step(control, record.skipped, record);
+  record.phases.emplace_back("skip_check", check_s);
   consecutive_skips_ = record.skipped ? consecutive_skips_ + 1 : 0;
 
   if (options_.check_agreement) {

@@ -34,6 +34,7 @@ struct RunOptions {
   int64_t eval_max_views = 4;      // at most this many views of the split (first ones); -1 all
   std::string out_dir;             // run directory; "" = write no files
   bool progress = true;            // rank 0 prints the progress line on stderr
+  bool verbose = false;            // the progress line adds the seconds per phase (run.verbose)
   // Snapshots (RUN_DIR/snapshots, needs out_dir): every N steps (0 = only at the end), and
   // always at the end of run(), at `stop_after` and on SIGTERM/SIGINT.
   int64_t snapshot_every = 0;
@@ -106,8 +107,9 @@ class TrainingRun {
   const LossScaler& loss_scaler() const { return *scaler_; }
 
  private:
-  void log_step(const StepRecord& record, const EvalScores* eval, double work_per_s,
-                double steps_per_s);
+  // `phases`: rank 0's mean seconds per phase over the steps since the last record.
+  void log_step(const StepRecord& record, const PhaseTimes& phases, const EvalScores* eval,
+                double work_per_s, double steps_per_s);
   void write_summary(const TrainSummary& summary, const std::string& outputs);
 
   distributed::ProcessContext& context_;

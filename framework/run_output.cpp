@@ -2,6 +2,7 @@
 // per logged step, then a summary) and the final line; files are written by rank 0 only.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,21 @@ std::string format_rate(double per_s) {
   return text;
 }
 
+// "project 12ms sh 4ms ... (412ms)": seconds per phase and their sum, in milliseconds.
+std::string format_phases(const PhaseTimes& phases) {
+  std::string text;
+  double total = 0;
+  char item[64];
+  for (const auto& [phase, seconds] : phases) {
+    std::snprintf(item, sizeof(item), "%s%s %.0fms", text.empty() ? "" : " ", phase.c_str(),
+                  seconds * 1e3);
+    text += item;
+    total += seconds;
+  }
+  std::snprintf(item, sizeof(item), " (%.0fms)", total * 1e3);
+  return text + item;
+}
+
 }  // namespace
 
 TrainSummary TrainingRun::run() {
@@ -40,6 +56,7 @@ TrainSummary TrainingRun::run() {
   int64_t window_steps = 0;
   double window_work = 0.0, run_work = 0.0;
   StepRecord last;
+  PhaseTimes window_phases;  // summed over the window's steps
   EvalScores eval;
   bool evaluated = false;
   const bool snapshots = !options_.out_dir.empty();
@@ -53,6 +70,12 @@ TrainSummary TrainingRun::run() {
   LearningCheck learning(options_.not_learning_steps, family_.not_learning_causes());
   for (int64_t step = first; step < until; ++step) {
     last = train_step(step);
+    for (const auto& [phase, seconds] : last.phases) {
+      auto it = std::find_if(window_phases.begin(), window_phases.end(),
+                             [&](const auto& p) { return p.first == phase; });
+      if (it == window_phases.end()) window_phases.emplace_back(phase, seconds);
+      else it->second += seconds;
+    }
     ++window_steps;
     window_work += last.work;
     run_work += last.work;
@@ -85,7 +108,9 @@ TrainSummary TrainingRun::run() {
         eval = evaluate(done);
         evaluated = true;
       }
-      log_step(last, do_eval ? &eval : nullptr, work_per_s, steps_per_s);
+      PhaseTimes phases = window_phases;
+      for (auto& [phase, seconds] : phases) seconds /= static_cast<double>(window_steps);
+      log_step(last, phases, do_eval ? &eval : nullptr, work_per_s, steps_per_s);
     }
     if (snapshots && snapshot_due(done, until, options_.snapshot_every, stopped_by_signal)) {
       summary.last_snapshot = save_snapshot();
@@ -95,6 +120,7 @@ TrainSummary TrainingRun::run() {
       window_start = std::chrono::steady_clock::now();  // eval and snapshot time not in rates
       window_steps = 0;
       window_work = 0.0;
+      window_phases.clear();
     }
     if (stopped_by_signal) {
       report_stopped_by_signal(comm_.rank(), done, summary.last_snapshot, family_.stopped_hint());
@@ -118,8 +144,8 @@ TrainSummary TrainingRun::run() {
   return summary;
 }
 
-void TrainingRun::log_step(const StepRecord& r, const EvalScores* eval, double work_per_s,
-                   double steps_per_s) {
+void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const EvalScores* eval,
+                           double work_per_s, double steps_per_s) {
   // The job's peak: the largest of the ranks' peaks (collective; every rank logs the same steps).
   torch::Tensor peak = torch::tensor({memory_stats(comm_.device()).peak_bytes},
                                      torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
@@ -138,6 +164,11 @@ void TrainingRun::log_step(const StepRecord& r, const EvalScores* eval, double w
     j[unit + "_per_s"] = work_per_s;
     j["steps_per_s"] = steps_per_s;
     j["peak_mem_bytes"] = peak_bytes;
+    if (!phases.empty()) {
+      nlohmann::json p = nlohmann::json::object();
+      for (const auto& [phase, seconds] : phases) p[phase] = seconds;
+      j["phase_s"] = p;
+    }
     if (eval) j.update(eval->to_json("eval_"));
     metrics_ << j.dump() << '\n';
     metrics_.flush();
@@ -154,6 +185,7 @@ void TrainingRun::log_step(const StepRecord& r, const EvalScores* eval, double w
                 r.skipped ? " skipped" : "", log::format_duration(eta).c_str());
   std::string text = std::string(head) + (r.progress.empty() ? "" : " " + r.progress) + " " + tail;
   if (eval && eval->items > 0) text += " | eval " + eval->text();
+  if (options_.verbose && !phases.empty()) text += " | " + format_phases(phases);
   std::fprintf(stderr, "%s\n", text.c_str());
   spdlog::debug("{}", text);
 }

@@ -11,6 +11,7 @@
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/autocast.h"
+#include "framework/fused_adam.h"
 #include "framework/learning_check.h"
 #include "framework/memory.h"
 #include "framework/micro_batch.h"
@@ -46,6 +47,7 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
                     ") gives fewer rays per rank than nerf.micro_batches (" +
                     std::to_string(options_.micro_batches) + "); raise rays_per_step");
   if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
+  phases_ = PhaseTimer(device_);
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   for (const ParamGroup& g : model_.parameter_groups()) {
@@ -85,11 +87,13 @@ StepResult Trainer::train_step(int64_t step) {
   result.sampling_rate = step_rate_;
   result.samples_per_ray = samples_per_ray_;
   result.rendered_per_ray = rendered_per_ray_;
+  result.phases = record.phases;
   return result;
 }
 
 StepRecord Trainer::forward_backward(const StepControl& control) {
   const int64_t step = control.step;
+  phases_.start();
   StepRecord record;
   step_rate_ = sampler_->epoch_of(step).rate;
   step_lr_ = lr_.at(step);
@@ -105,8 +109,10 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
   ctx.step = step;
   ctx.seed = options_.seed;
   ctx.training = true;
+  ctx.phases = &phases_;
 
   optimizer_->zero_grad(/*set_to_none=*/true);
+  phases_.lap("sample");
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   int64_t samples = 0, rendered = 0;
   for (int64_t k = 0; k < k_count; ++k) {
@@ -135,9 +141,12 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
     if (loss_hook) loss_hook(step, k, loss);
     loss_sum += loss.detach().to(torch::kFloat64);
     if (regularization.defined()) loss = loss + regularization;
+    phases_.lap("loss");
     micro_batch_backward(*sync_, loss, control.loss_scale, /*last=*/k + 1 == k_count);
+    phases_.lap("backward");
   }
   sync_->finish();
+  phases_.lap("gradient_sync");
 
   torch::Tensor global_loss = loss_sum.to(comm_.device()).reshape({1});
   comm_.allreduce(global_loss, distributed::ReduceOp::Sum);
@@ -155,6 +164,8 @@ StepRecord Trainer::forward_backward(const StepControl& control) {
   std::snprintf(progress, sizeof(progress), "psnr %.1f spr %.0f/%.0f rate %.2f lr %.1e", psnr,
                 rendered_per_ray_, samples_per_ray_, step_rate_, step_lr_);
   record.progress = progress;
+  phases_.lap("loss");  // the global loss
+  record.phases = phases_.times();
   return record;
 }
 
@@ -172,8 +183,10 @@ std::vector<torch::Tensor> Trainer::gradients() {
 }
 
 void Trainer::apply_step(const StepControl& control, bool skipped, StepRecord& record) {
-  if (!skipped) optimizer_->step();
+  phases_.skip();  // the run's skip check since forward_backward is the run's to charge
+  if (!skipped) adam_step(*optimizer_);
   optimizer_->zero_grad(/*set_to_none=*/true);
+  phases_.lap("optimizer");
   if (options_.check_agreement) {
     using distributed::check_same_on_all_ranks;
     const std::string at = " at step " + std::to_string(control.step);
@@ -185,6 +198,8 @@ void Trainer::apply_step(const StepControl& control, bool skipped, StepRecord& r
   ctx.seed = options_.seed;
   ctx.training = true;
   model_.after_step(ctx, comm_);
+  phases_.lap("occupancy");
+  record.phases = phases_.times();
 }
 
 }  // namespace tessera

@@ -54,6 +54,7 @@ struct StepResult {
                                  // in metrics.jsonl): what empty-space skipping leaves
   double rendered_per_ray = 0.0; // of those, the samples rendered with gradients (nerf-hash:
                                  // those before the ray's transmittance ends; else all)
+  PhaseTimes phases;             // this rank's seconds per phase (StepRecord::phases)
 };
 
 using EvalResult = EvalScores;
@@ -128,6 +129,9 @@ class Trainer : public ModelFamily {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<distributed::GradientSynchronizer> sync_;
+  // The step's phases: sample, then the model's (march, encode, mlp, composite), loss, backward,
+  // gradient_sync; optimizer and occupancy (the model's after_step) in apply_step.
+  PhaseTimer phases_;
   std::unique_ptr<RaySampler> sampler_;
   LrSchedule lr_;
   SamplingSchedule sampling_;

@@ -102,9 +102,9 @@ struct RasterizeGrads {
 namespace cpu {
 // Parallel over tiles (at::parallel_for); each tile gathers the Gaussians that can reach its
 // pixels, which walk them in vectorized row segments (docs/gaussian_kernels.md). Backward writes
-// each (pixel tile, Gaussian) entry's gradient into a buffer indexed by the entry, then sums the
-// entries of each Gaussian in entry order (a stable grouping by id): no atomics, and bitwise
-// identical results for any thread count.
+// the gradient of each (pixel tile, Gaussian) entry some pixel reached into a buffer row of its
+// own, then sums the entries of each Gaussian in entry order (a stable grouping by id): no
+// atomics, and bitwise identical results for any thread count.
 RasterizeOutput rasterize_gaussians_fwd(
     // forward inputs
     const torch::Tensor& means2d,       // [N, 2]

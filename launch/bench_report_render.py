@@ -281,18 +281,24 @@ def section_kernels(raw, cmds):
     return "\n".join(out)
 
 
+def bench_rows(raw, cmds, prefix, bench):
+    """The commands whose label starts with `prefix` and the JSON lines of `bench` they printed."""
+    labels = [c for c in cmds if c["label"].startswith(prefix)]
+    rows = []
+    for c in labels:
+        rows += [r for r in read_jsonl(os.path.join(raw, c["out"])) if r.get("bench") == bench]
+    return labels, rows
+
+
 def section_gaussians(raw, cmds, plots, doc_dir, meta):
     out = ["## Gaussian splatting: memory and time per rank (`tessera bench gaussians`)", ""]
-    labels = [c for c in cmds if c["label"].startswith("gaussians")]
+    labels, rows = bench_rows(raw, cmds, "gaussians", "gaussians")
     if not labels:
         out.append("Not run (left out with `--only`).")
         return "\n".join(out)
     if any(c["rc"] == "absent" for c in labels):
         out.append("Skipped: this build has no `tessera bench gaussians`.")
         return "\n".join(out)
-    rows = []
-    for c in labels:
-        rows += [r for r in read_jsonl(os.path.join(raw, c["out"])) if r.get("bench") == "gaussians"]
     cpus = int(meta.get("cpus", "0") or 0)
     out += ["The sharded 3DGS trainer at a fixed count of Gaussians (random in the scene bounds, no "
             "densification, so the count stays exact), the same scene and views at 1, 2 and 4 ranks "
@@ -364,18 +370,51 @@ def section_gaussians(raw, cmds, plots, doc_dir, meta):
     return "\n".join(out)
 
 
+def section_gstep(raw, cmds):
+    out = ["## Where a 3DGS step's time goes (`tessera bench gaussians`, phases)", ""]
+    labels, rows = bench_rows(raw, cmds, "gstep", "gaussians")
+    if not labels:
+        out.append("Not run (left out with `--only`).")
+        return "\n".join(out)
+    out += ["The sharded 3DGS trainer at the sizes users train: random Gaussians in the bounds of a "
+            "30-view synthetic scene, one view per step, SH degree 3, no densification. Step = median "
+            "over the timed steps of the slowest rank's wall time; the phases are rank 0's median "
+            "seconds per phase (`phases_s`, the trainer's `PhaseTimer`): project and sh (per view, on "
+            "the owners), exchange (the tile split, the all-to-all of projected rows and the image "
+            "allreduce, both ways), bin and rasterize (on the tile owners), loss (L1 + SSIM, forward "
+            "and backward), rasterize_bwd, project_bwd (SH and projection backward), optimizer (Adam), "
+            "densify (the global count here). Ratios against 1 rank at the same count and size.", ""]
+    if not rows:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    base = {(r["count"], r["size"]): r for r in rows if r["ranks"] == 1}
+    phases = []
+    for r in rows:
+        for p in r.get("phases_s", {}):
+            if p not in phases:
+                phases.append(p)
+    trs = []
+    for r in rows:
+        b = base.get((r["count"], r["size"]))
+        ph = r.get("phases_s", {})
+        trs.append([f"{r['count']:,}", f"{r['size']}×{r['size']}", r["ranks"], fmt(r["step_s"]),
+                    ratio(r["step_s"], b and b["step_s"])]
+                   + [fmt(1e3 * ph[p]) if p in ph else "—" for p in phases])
+    out.append(table(["Gaussians", "image", "ranks", "step (s)", "time vs 1 rank"]
+                     + [f"{p} (ms)" for p in phases], trs))
+    out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
+    return "\n".join(out)
+
+
 def section_diffusion(raw, cmds, plots, doc_dir):
     out = ["## Point diffusion: checkpoint policies (`tessera bench diffusion`)", ""]
-    labels = [c for c in cmds if c["label"].startswith("diffusion")]
+    labels, rows = bench_rows(raw, cmds, "diffusion", "diffusion")
     if not labels:
         out.append("Not run (left out with `--only`).")
         return "\n".join(out)
     if any(c["rc"] == "absent" for c in labels):
         out.append("Skipped: this build has no `tessera bench diffusion`.")
         return "\n".join(out)
-    rows = []
-    for c in labels:
-        rows += [r for r in read_jsonl(os.path.join(raw, c["out"])) if r.get("bench") == "diffusion"]
     out += ["One training step of the point-diffusion denoiser (forward, DDPM loss, backward, Adam) "
             "on random clouds under each `checkpoint.policy`, on one rank; the policies interleaved "
             "step by step. Peak = the counting CPU allocator's (or the CUDA caching allocator's) "
@@ -477,7 +516,7 @@ def main():
     if quick:
         doc += ["> **Quick variant** (`--quick`): fewer repeats and smaller sizes (a 32×32 scene, 512-ray "
                 "training steps, 256-ray fixed batches, one timed repeat, 16 MiB largest allreduce, 0.05 s "
-                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run). Good for spotting regressions, noisy as absolute numbers. Run "
+                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run; the 3DGS step phases at full size with 2 timed steps). Good for spotting regressions, noisy as absolute numbers. Run "
                 "`launch/bench-report` without `--quick` for the full variant.", ""]
     load = f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end"
     doc += ["## Machine and build", "",
@@ -509,6 +548,8 @@ def main():
         doc += [section_kernels(a.raw, cmds), ""]
     if "gaussians" in sections:
         doc += [section_gaussians(a.raw, cmds, a.plots, doc_dir, meta), ""]
+    if "gstep" in sections:
+        doc += [section_gstep(a.raw, cmds), ""]
     if "diffusion" in sections:
         doc += [section_diffusion(a.raw, cmds, a.plots, doc_dir), ""]
     doc += ["## Commands", "",

@@ -18,6 +18,7 @@ struct TrainOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string log_level;
+  bool verbose = false;    // run.verbose = true
   bool print_config = false;
   std::string resume;      // "", "auto" or a snapshot path
   int64_t until = -1;      // stop after this step (snapshot written); -1 = train.steps
@@ -26,6 +27,7 @@ struct TrainOptions {
 int run_train(const TrainOptions& options) {
   std::vector<std::string> overrides = options.overrides;
   if (!options.log_level.empty()) overrides.push_back("run.log_level=" + options.log_level);
+  if (options.verbose) overrides.push_back("run.verbose=true");
   FamilyRegistry families;  // before the config: the families' sections are part of its schema
   models::register_builtin_families(families);
   const Config config = load_config(options.config_path, overrides);
@@ -58,6 +60,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--log-level", options->log_level,
                   "Log level: trace, debug, info, warn or error (default: run.log_level)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  sub->add_flag("--verbose", options->verbose,
+                "The progress line adds this rank's seconds per phase of a step (run.verbose)");
   sub->add_option("--resume", options->resume,
                   "Continue a run from a snapshot: a path, or `auto` for the newest snapshot in "
                   "RUN_DIR/snapshots that validates (damaged ones are skipped with a warning; "

@@ -113,7 +113,43 @@ TEST_F(BenchCliTest, GaussiansTwoRanksPrintsOneJsonLine) {
   EXPECT_GE(per_rank, 1000) << lines[0];
   EXPECT_LE(per_rank, 2000) << lines[0];
   EXPECT_EQ(j.at("size").get<int>(), 32) << lines[0];
+  // Rank 0's seconds per phase of its one timed step: the step's phases, which together make up
+  // its wall time (step_s is the slowest rank's, and rank 0 waits for it in the collectives).
+  const nlohmann::json& phases = j.at("phases_s");
+  double phase_sum = 0;
+  for (const char* phase : {"project", "sh", "exchange", "bin", "rasterize", "loss",
+                            "rasterize_bwd", "project_bwd", "optimizer", "densify"}) {
+    ASSERT_TRUE(phases.contains(phase)) << phase << " missing: " << lines[0];
+    EXPECT_GE(phases.at(phase).get<double>(), 0.0) << phase;
+    phase_sum += phases.at(phase).get<double>();
+  }
+  EXPECT_GT(phases.at("rasterize").get<double>(), 0.0) << lines[0];
+  EXPECT_GT(phases.at("rasterize_bwd").get<double>(), 0.0) << lines[0];
+  EXPECT_LE(phase_sum, step_s * 1.01 + 1e-3) << lines[0];
+  EXPECT_GE(phase_sum, 0.5 * step_s) << lines[0];
   EXPECT_TRUE(contains(r.err, "[bench gaussians]")) << "progress on stderr\n" << describe(r);
+}
+
+// --scene without --count: the Gaussians start from the dataset's points, as training does.
+TEST_F(BenchCliTest, GaussiansSceneStartsFromItsPoints) {
+  const std::string scene = (fs::path(temp_dir_) / "scene.h5").string();
+  const CommandResult synth = tessera(0, {"synth", "--preset", "objects", "--out", scene,
+                                          "--views", "6", "--width", "32", "--height", "24"});
+  ASSERT_EQ(synth.exit_code, 0) << describe(synth);
+  const size_t at = synth.out.find(" points,");
+  ASSERT_NE(at, std::string::npos) << describe(synth);
+  const size_t from = synth.out.rfind(' ', at - 1) + 1;
+  const int64_t points = std::stoll(synth.out.substr(from, at - from));
+  ASSERT_GT(points, 0) << describe(synth);
+  const CommandResult r = tessera(2, {"bench", "gaussians", "--scene", scene, "--steps", "1",
+                                      "--warmup", "0"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 1u) << describe(r);
+  const nlohmann::json j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j.at("count").get<int64_t>(), points) << lines[0];
+  EXPECT_EQ(j.at("size").get<int>(), 32) << lines[0];
+  EXPECT_TRUE(contains(r.err, "initializing from the points of")) << describe(r);
 }
 
 TEST_F(BenchCliTest, GaussiansBadCountExits2Once) {
@@ -127,7 +163,7 @@ TEST_F(BenchCliTest, GaussiansBadCountExits2Once) {
 TEST_F(BenchCliTest, GaussiansWithoutCountExits2) {
   const CommandResult r = tessera(0, {"bench", "gaussians", "--steps", "1"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "--count")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--count is required without --scene")) << describe(r);
 }
 
 TEST_F(BenchCliTest, GaussiansBadStepsExits2) {

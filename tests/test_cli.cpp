@@ -469,14 +469,20 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   const CommandResult r = mpi_tessera(
       2, {"train", demo_config_, "--set", "data.path=" + scene, "--set", "run.out_dir=" + out_dir,
           "--set", "train.steps=6", "--set", "nerf.rays_per_step=256", "--set",
-          "train.log_every=3", "--set", "eval.max_views=1"});
+          "train.log_every=3", "--set", "eval.max_views=1", "--verbose"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "step 6/6 loss ")) << "progress line:\n" << describe(r);
+  // --verbose: the line ends with the seconds per phase, the ray family's then the run's.
+  EXPECT_TRUE(contains(r.err, " | sample ")) << describe(r);
+  for (const char* phase : {" march ", " encode ", " mlp ", " composite ", " backward ",
+                            " gradient_sync ", " optimizer ", " skip_check "})
+    EXPECT_TRUE(contains(r.err, phase)) << phase << " missing\n" << describe(r);
   EXPECT_TRUE(contains(r.err, "eval psnr")) << describe(r);
   const std::vector<std::string> records = lines_of(read_file(out_dir + "/metrics.jsonl"));
   ASSERT_GE(records.size(), 2u) << "metrics.jsonl";
   for (const std::string& key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"sampling_rate\":",
-                                 "\"rays_per_s\":", "\"peak_mem_bytes\":", "\"psnr\":"})
+                                 "\"rays_per_s\":", "\"peak_mem_bytes\":", "\"psnr\":",
+                                 "\"phase_s\":{", "\"sample\":", "\"skip_check\":"})
     EXPECT_TRUE(contains(records[0], key)) << key << " missing in " << records[0];
   EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-0.log"));
   EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-1.log"));

@@ -1,5 +1,6 @@
 // Tests of the training utilities: LR and sampling-rate schedules against hand-computed values,
-// the dynamic loss scaler's rules and state, and PSNR/SSIM against a naive reference.
+// the dynamic loss scaler's rules and state, PSNR/SSIM against a naive reference, the fused Adam
+// step against torch's, and the phase timer.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,9 +11,11 @@
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/fused_adam.h"
 #include "framework/learning_check.h"
 #include "framework/loss_scaler.h"
 #include "framework/metrics.h"
+#include "framework/phase_timer.h"
 #include "framework/schedule.h"
 
 namespace {
@@ -537,3 +540,118 @@ TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
   EXPECT_NE(w->find("diffusion.lr"), std::string::npos) << *w;
   EXPECT_EQ(w->find("poses"), std::string::npos) << *w;
 }
+
+// ---- adam_step, PhaseTimer --------------------------------------------------------------------
+
+namespace tessera {
+namespace {
+
+// Two parameter groups (different learning rates, eps and betas), one parameter without a
+// gradient at the first step, random gradients each step.
+struct AdamSetup {
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<torch::optim::Adam> adam;
+};
+
+AdamSetup make_adam(uint64_t seed) {
+  torch::manual_seed(seed);
+  AdamSetup s;
+  s.params = {torch::randn({1000, 3}).requires_grad_(true), torch::randn({77}).requires_grad_(true),
+              torch::randn({5, 5}).requires_grad_(true)};
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{s.params[0], s.params[1]},
+                      std::make_unique<torch::optim::AdamOptions>(
+                          torch::optim::AdamOptions(1e-2).eps(1e-15)));
+  groups.emplace_back(std::vector<torch::Tensor>{s.params[2]},
+                      std::make_unique<torch::optim::AdamOptions>(
+                          torch::optim::AdamOptions(3e-3).eps(1e-8).betas({0.8, 0.95})));
+  s.adam = std::make_unique<torch::optim::Adam>(std::move(groups),
+                                                torch::optim::AdamOptions(1e-2));
+  return s;
+}
+
+void set_adam_grads(AdamSetup& s, int64_t step) {
+  torch::manual_seed(1000 + step);
+  for (size_t i = 0; i < s.params.size(); ++i)
+    s.params[i].mutable_grad() = step == 0 && i == 1 ? torch::Tensor()  // no gradient: left alone
+                                                     : torch::randn(s.params[i].sizes());
+}
+
+TEST(FusedAdam, MatchesTorchAdamAndIsThreadIndependent) {
+  AdamSetup fused = make_adam(5), reference = make_adam(5);
+  const torch::Tensor initial = fused.params[0].detach().clone();
+  const torch::Tensor untouched = fused.params[1].detach().clone();
+  for (int64_t step = 0; step < 5; ++step) {
+    set_adam_grads(fused, step);
+    set_adam_grads(reference, step);
+    adam_step(*fused.adam);
+    reference.adam->step();
+    if (step == 0) {
+      EXPECT_TRUE(torch::equal(fused.params[1].detach(), untouched));
+      EXPECT_EQ(fused.adam->state().count(fused.params[1].unsafeGetTensorImpl()), 0u);
+    }
+  }
+  for (size_t i = 0; i < fused.params.size(); ++i) {
+    // Float rounding of torch's fused multiply-adds: ~1e-7 of values of order 1.
+    EXPECT_TRUE(torch::allclose(fused.params[i].detach(), reference.params[i].detach(), 1e-6,
+                                1e-6))
+        << i << ": max diff "
+        << (fused.params[i] - reference.params[i]).abs().max().item<double>();
+    const auto& a = static_cast<const torch::optim::AdamParamState&>(
+        *fused.adam->state().at(fused.params[i].unsafeGetTensorImpl()));
+    const auto& b = static_cast<const torch::optim::AdamParamState&>(
+        *reference.adam->state().at(reference.params[i].unsafeGetTensorImpl()));
+    EXPECT_EQ(a.step(), b.step()) << i;
+    EXPECT_TRUE(torch::allclose(a.exp_avg(), b.exp_avg(), 1e-6, 1e-7)) << i;
+    EXPECT_TRUE(torch::allclose(a.exp_avg_sq(), b.exp_avg_sq(), 1e-6, 1e-7)) << i;
+  }
+  // Five steps of about lr each: the comparison is not of two untouched sets.
+  EXPECT_GT((fused.params[0].detach() - initial).abs().max().item<double>(), 1e-2);
+
+  // Bitwise the same with 1 and 2 threads.
+  const int threads = at::get_num_threads();
+  std::vector<torch::Tensor> results;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    AdamSetup s = make_adam(6);
+    for (int64_t step = 0; step < 3; ++step) {
+      set_adam_grads(s, step);
+      adam_step(*s.adam);
+    }
+    results.push_back(s.params[0].detach().clone());
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(results[0], results[1]));
+}
+
+TEST(PhaseTimer, ChargesPhasesInOrderAndMarksTheBackward) {
+  PhaseTimer timer;
+  timer.start();
+  const torch::Tensor x = torch::randn({64, 64}, torch::requires_grad());
+  const torch::Tensor y = phase_mark(x.matmul(x), &timer, "matmul_bwd");
+  timer.lap("matmul");
+  timer.lap("matmul");  // a phase that comes again adds to its total
+  y.sum().backward();
+  timer.lap("rest_bwd");
+  const PhaseTimes& t = timer.times();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].first, "matmul");
+  EXPECT_EQ(t[1].first, "matmul_bwd");  // charged when autograd crossed the mark
+  EXPECT_EQ(t[2].first, "rest_bwd");
+  for (const auto& [name, seconds] : t) EXPECT_GE(seconds, 0.0) << name;
+  // The mark is an identity for the gradient.
+  const torch::Tensor x2 = x.detach().clone().requires_grad_(true);
+  x2.matmul(x2).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), x2.grad()));
+  timer.start();
+  EXPECT_TRUE(timer.times().empty());
+  EXPECT_TRUE(phase_mark(x, nullptr, "none").is_same(x));
+  const PhaseTimes median =
+      median_phases({{{"a", 1.0}, {"b", 5.0}}, {{"a", 3.0}}, {{"a", 2.0}, {"b", 1.0}}});
+  ASSERT_EQ(median.size(), 2u);
+  EXPECT_EQ(median[0], (std::pair<std::string, double>{"a", 2.0}));
+  EXPECT_EQ(median[1], (std::pair<std::string, double>{"b", 1.0}));  // missing counts 0: {5, 0, 1}
+}
+
+}  // namespace
+}  // namespace tessera

@@ -225,8 +225,11 @@ struct TileGaussians {
 
   int64_t size() const { return n; }
 
-  void gather(const Inputs<scalar_t>& in, int64_t tile, const TileBox& box) {
-    const int64_t first = in.offsets[tile], count = in.offsets[tile + 1] - first;
+  // The first `limit` entries of the tile's list (all when limit < 0).
+  void gather(const Inputs<scalar_t>& in, int64_t tile, const TileBox& box, int64_t limit = -1) {
+    const int64_t first = in.offsets[tile];
+    const int64_t count = limit >= 0 ? std::min(limit, in.offsets[tile + 1] - first)
+                                     : in.offsets[tile + 1] - first;
     const int64_t channels = in.channels;
     for (auto* v : {&mx, &my, &a, &b, &c, &opacity, &cut})
       if (static_cast<int64_t>(v->size()) < count) v->resize(count);
@@ -453,16 +456,18 @@ inline __attribute__((always_inline)) void forward_tile_impl(
                       scratch, out_colors, out_alphas, out_last, out_transmittance);
 }
 
+// Backward of one tile: only the first `top` entries of its list (top = the largest last_ids of
+// its pixels: no pixel reached further), whose gradients go to the rows [first, first + top) of
+// the buffers.
 template <typename scalar_t>
 inline __attribute__((always_inline)) void backward_tile_impl(
-    const Inputs<scalar_t>& in, const Grid& grid, int64_t tile, TileGaussians<scalar_t>& tg,
-    LaneScratch<scalar_t>& scratch, const int32_t* last_ids, const scalar_t* transmittance,
-    const scalar_t* v_colors, const scalar_t* v_alphas, scalar_t* entry_grads,
-    scalar_t* entry_colors, scalar_t* tile_background) {
+    const Inputs<scalar_t>& in, const Grid& grid, int64_t tile, int64_t first, int64_t top,
+    TileGaussians<scalar_t>& tg, LaneScratch<scalar_t>& scratch, const int32_t* last_ids,
+    const scalar_t* transmittance, const scalar_t* v_colors, const scalar_t* v_alphas,
+    scalar_t* entry_grads, scalar_t* entry_colors, scalar_t* tile_background) {
   using V = typename Lanes<scalar_t>::V;
   const TileBox box = box_of(grid, tile);
-  tg.gather(in, tile, box);
-  const int64_t first = in.offsets[tile];
+  tg.gather(in, tile, box, top);
   const int64_t channels = in.channels, width = 6 + channels, n = tg.size();
   V* lane_grads = scratch.lane_grads.zeroed(n * width);
   for (int64_t i = box.i0; i < box.i1; ++i)
@@ -471,7 +476,7 @@ inline __attribute__((always_inline)) void backward_tile_impl(
                        static_cast<int>(std::min<int64_t>(kLanes, box.j1 - j0)), last_ids,
                        transmittance, v_colors, v_alphas, scratch, lane_grads,
                        tile_background + tile * channels);
-  // Entry e = first + entry[k] is this tile's alone: its row of the buffers gets the lanes' sum.
+  // Row first + entry[k] is this tile's alone: it gets the lanes' sum.
   for (int64_t k = 0; k < n; ++k) {
     const V* partial = lane_grads + k * width;
     scalar_t* eg = entry_grads + (first + tg.entry[k]) * 6;
@@ -500,21 +505,21 @@ void forward_tile(const Inputs<double>& in, const Grid& grid, int64_t tile,
                     out_transmittance);
 }
 TESSERA_RASTER_CLONES void backward_tile(const Inputs<float>& in, const Grid& grid, int64_t tile,
-                                         TileGaussians<float>& tg, LaneScratch<float>& scratch,
-                                         const int32_t* last_ids, const float* transmittance,
-                                         const float* v_colors, const float* v_alphas,
-                                         float* entry_grads, float* entry_colors,
-                                         float* tile_background) {
-  backward_tile_impl(in, grid, tile, tg, scratch, last_ids, transmittance, v_colors, v_alphas,
-                     entry_grads, entry_colors, tile_background);
+                                         int64_t first, int64_t top, TileGaussians<float>& tg,
+                                         LaneScratch<float>& scratch, const int32_t* last_ids,
+                                         const float* transmittance, const float* v_colors,
+                                         const float* v_alphas, float* entry_grads,
+                                         float* entry_colors, float* tile_background) {
+  backward_tile_impl(in, grid, tile, first, top, tg, scratch, last_ids, transmittance, v_colors,
+                     v_alphas, entry_grads, entry_colors, tile_background);
 }
-void backward_tile(const Inputs<double>& in, const Grid& grid, int64_t tile,
-                   TileGaussians<double>& tg, LaneScratch<double>& scratch,
+void backward_tile(const Inputs<double>& in, const Grid& grid, int64_t tile, int64_t first,
+                   int64_t top, TileGaussians<double>& tg, LaneScratch<double>& scratch,
                    const int32_t* last_ids, const double* transmittance, const double* v_colors,
                    const double* v_alphas, double* entry_grads, double* entry_colors,
                    double* tile_background) {
-  backward_tile_impl(in, grid, tile, tg, scratch, last_ids, transmittance, v_colors, v_alphas,
-                     entry_grads, entry_colors, tile_background);
+  backward_tile_impl(in, grid, tile, first, top, tg, scratch, last_ids, transmittance, v_colors,
+                     v_alphas, entry_grads, entry_colors, tile_background);
 }
 
 // Sums each Gaussian's entries in increasing entry order: entries grouped by id with a stable
@@ -559,7 +564,10 @@ Grid grid_of(int64_t width, int64_t height, int64_t tile_size) {
           tiles_along(height, tile_size)};
 }
 
-void check_last_ids(const int32_t* last_ids, const int64_t* offsets, const Grid& grid) {
+// Checks every last_ids against its tile's list and returns each tile's top: the largest
+// last_ids of its pixels, the entries backward walks.
+std::vector<int64_t> tile_tops(const int32_t* last_ids, const int64_t* offsets, const Grid& grid) {
+  std::vector<int64_t> top(grid.num_tiles(), 0);
   for (int64_t i = 0; i < grid.height; ++i)
     for (int64_t j = 0; j < grid.width; ++j) {
       const int64_t tile = (i / grid.tile_size) * grid.tiles_x + j / grid.tile_size;
@@ -567,7 +575,9 @@ void check_last_ids(const int32_t* last_ids, const int64_t* offsets, const Grid&
       const int32_t last = last_ids[i * grid.width + j];
       TORCH_CHECK(0 <= last && last <= size, "rasterize_gaussians_bwd: last_ids[", i, ", ", j,
                   "] = ", last, " does not fit its tile's ", size, " entries");
+      top[tile] = std::max<int64_t>(top[tile], last);
     }
+  return top;
 }
 
 template <typename scalar_t>
@@ -648,9 +658,22 @@ RasterizeGrads rasterize_gaussians_bwd(
   grads.v_opacities = torch::empty({n}, options);
   check_offsets(off.data_ptr<int64_t>(), grid.num_tiles(), num_isects);
   check_ids(ids.data_ptr<int64_t>(), num_isects, n);
-  check_last_ids(last.data_ptr<int32_t>(), off.data_ptr<int64_t>(), grid);
-  const torch::Tensor entry_grads = torch::zeros({num_isects, 6}, options);
-  const torch::Tensor entry_colors = torch::zeros({num_isects, channels}, options);
+  // Only the entries some pixel reached get gradients: the first top[t] of each tile's list,
+  // rows [active[t], active[t] + top[t]) of the buffers (a small share of M when the lists are
+  // long and the pixels saturate early), with their Gaussian ids in active_ids.
+  const std::vector<int64_t> top = tile_tops(last.data_ptr<int32_t>(), off.data_ptr<int64_t>(), grid);
+  std::vector<int64_t> active(grid.num_tiles() + 1, 0);
+  for (int64_t t = 0; t < grid.num_tiles(); ++t) active[t + 1] = active[t] + top[t];
+  const int64_t num_active = active[grid.num_tiles()];
+  std::vector<int64_t> active_ids(num_active);
+  {
+    const int64_t* off_p = off.data_ptr<int64_t>();
+    const int64_t* ids_p = ids.data_ptr<int64_t>();
+    for (int64_t t = 0; t < grid.num_tiles(); ++t)
+      std::copy(ids_p + off_p[t], ids_p + off_p[t] + top[t], active_ids.begin() + active[t]);
+  }
+  const torch::Tensor entry_grads = torch::zeros({num_active, 6}, options);
+  const torch::Tensor entry_colors = torch::zeros({num_active, channels}, options);
   const torch::Tensor tile_background = torch::zeros({grid.num_tiles(), channels}, options);
   AT_DISPATCH_FLOATING_TYPES(m.scalar_type(), "rasterize_gaussians_bwd_cpu", [&] {
     Inputs<scalar_t> in = inputs_of<scalar_t>(m, con, col, op, bg, off, ids);
@@ -668,12 +691,14 @@ RasterizeGrads rasterize_gaussians_bwd(
       at::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
         TileGaussians<scalar_t> tg;
         LaneScratch<scalar_t> scratch(channels);
-        for (int64_t k = begin; k < end; ++k)
-          backward_tile(in, grid, order(k), tg, scratch, last_p, trans_p, v_colors_p,
-                        v_alphas_p, eg, ec, tb);
+        for (int64_t k = begin; k < end; ++k) {
+          const int64_t t = order(k);
+          backward_tile(in, grid, t, active[t], top[t], tg, scratch, last_p, trans_p,
+                        v_colors_p, v_alphas_p, eg, ec, tb);
+        }
       });
     }
-    reduce_entries<scalar_t>(ids.data_ptr<int64_t>(), num_isects, n, channels,
+    reduce_entries<scalar_t>(active_ids.data(), num_active, n, channels,
                              entry_grads.data_ptr<scalar_t>(), entry_colors.data_ptr<scalar_t>(),
                              grads.v_means2d.data_ptr<scalar_t>(),
                              grads.v_conics.data_ptr<scalar_t>(),

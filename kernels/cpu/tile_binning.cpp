@@ -1,9 +1,11 @@
-// CPU bin_gaussians_fwd: count tiles per Gaussian, scan, fill (tile, id) pairs in Gaussian order,
-// a stable counting sort by tile, then each tile's list sorted by (depth, id) in parallel.
+// CPU bin_gaussians_fwd: count tiles per Gaussian, scan, fill the tiles of each Gaussian, sort the
+// Gaussians once by (depth, id), then a stable counting sort of their intersections by tile taken
+// in that order: every tile's list comes out sorted by (depth, id) without sorting M entries.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernels/gaussian_raster_math.h"
@@ -57,7 +59,17 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
     }
   });
 
-  // 4. Stable counting sort by tile: within a tile, ids stay ascending. Sequential, O(M + T).
+  // 4. The Gaussians with intersections by (depth, id): a strict total order (culled Gaussians
+  //    with non-finite depths have none), so the result does not depend on the sort algorithm
+  //    or the threads. One sort of at most N keys instead of one per tile of M entries.
+  std::vector<std::pair<scalar_t, int64_t>> order;
+  order.reserve(n);
+  for (int64_t g = 0; g < n; ++g)
+    if (first[g + 1] > first[g]) order.emplace_back(depths[g], g);
+  std::sort(order.begin(), order.end());
+
+  // 5. Stable counting sort by tile of the intersections taken in (depth, id) order: within a
+  //    tile the ids come out in that order. Sequential, O(M + T).
   TileBins out;
   out.tile_offsets = torch::zeros({num_tiles + 1}, torch::kInt64);
   out.gaussian_ids = torch::empty({m}, torch::kInt64);
@@ -67,18 +79,9 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
   for (int64_t t = 0; t < num_tiles; ++t) offsets[t + 1] += offsets[t];
   {
     std::vector<int64_t> cursor(offsets, offsets + num_tiles);
-    for (int64_t g = 0; g < n; ++g)
+    for (const auto& [depth, g] : order)
       for (int64_t k = first[g]; k < first[g + 1]; ++k) ids[cursor[tile_of[k]]++] = g;
   }
-
-  // 5. Each tile by (depth, id): a strict total order (culled Gaussians with non-finite depths
-  //    never get here), so the result does not depend on the sort algorithm or the threads.
-  at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      std::sort(ids + offsets[t], ids + offsets[t + 1], [&](int64_t a, int64_t b) {
-        return depths[a] < depths[b] || (depths[a] == depths[b] && a < b);
-      });
-  });
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "framework/adam_state.h"
 #include "framework/autocast.h"
 #include "framework/data/import.h"
+#include "framework/fused_adam.h"
 #include "framework/memory.h"
 #include "framework/micro_batch.h"
 #include "framework/run.h"
@@ -75,6 +76,7 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
       lr_(lr_options(options_, c.config.train.steps)),
       train_(shapes_.indices(data::Split::Train)) {
   check_diffusion_options(options_, c.config.source_path);
+  phases_ = PhaseTimer(device_);
   if (options_.tokens > shapes_.points_per_shape())
     throw UserError(shapes_.path() + ": diffusion.tokens = " + std::to_string(options_.tokens) +
                     " is more than its " + std::to_string(shapes_.points_per_shape()) +
@@ -195,6 +197,7 @@ torch::Tensor DiffusionFamily::clean_points(const std::vector<int64_t>& ids) con
 
 StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
   const int64_t step = control.step;
+  phases_.start();
   step_lr_ = lr_.at(step);
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(step_lr_);
@@ -219,6 +222,7 @@ StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
     const torch::Tensor t = torch::cat(levels).to(device_);
     const torch::Tensor noise = torch::stack(noises).to(device_);
     const torch::Tensor xt = schedule_.add_noise(x0, t, noise);
+    phases_.lap("data");
     torch::Tensor per_sample;
     {
       AutocastScope autocast(control.precision, device_);
@@ -229,9 +233,12 @@ StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
     // synchronizer sums the gradients over ranks.
     const torch::Tensor loss = per_sample.sum() / static_cast<double>(b);
     loss_sum += loss.detach().to(torch::kFloat64).cpu();
+    phases_.lap("forward");
     micro_batch_backward(*sync_, loss, control.loss_scale, /*last=*/k + 1 == k_count);
+    phases_.lap("backward");
   }
   sync_->finish();
+  phases_.lap("gradient_sync");
   torch::Tensor global = loss_sum.to(comm_.device()).reshape({1});
   comm_.allreduce(global, distributed::ReduceOp::Sum);
   StepRecord record;
@@ -241,6 +248,8 @@ StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
   char progress[32];
   std::snprintf(progress, sizeof progress, "lr %.1e", step_lr_);
   record.progress = progress;
+  phases_.lap("forward");  // the global loss
+  record.phases = phases_.times();
   return record;
 }
 
@@ -250,9 +259,12 @@ std::vector<torch::Tensor> DiffusionFamily::gradients() {
   return grads;
 }
 
-void DiffusionFamily::apply_step(const StepControl&, bool skipped, StepRecord&) {
-  if (!skipped) optimizer_->step();
+void DiffusionFamily::apply_step(const StepControl&, bool skipped, StepRecord& record) {
+  phases_.skip();  // the run's skip check since forward_backward is the run's to charge
+  if (!skipped) adam_step(*optimizer_);
   optimizer_->zero_grad(/*set_to_none=*/true);
+  phases_.lap("optimizer");
+  record.phases = phases_.times();
 }
 
 EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, const ImageSink&) {

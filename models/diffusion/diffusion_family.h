@@ -91,6 +91,9 @@ class DiffusionFamily : public ModelFamily {
   std::unique_ptr<PointDenoiser> model_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<distributed::GradientSynchronizer> sync_;
+  // The step's phases: data (the batch's shapes and noise), forward, backward, gradient_sync;
+  // optimizer in apply_step.
+  PhaseTimer phases_;
   NoiseSchedule schedule_;
   LrSchedule lr_;
   std::vector<size_t> train_;

@@ -30,7 +30,8 @@ namespace {
 namespace gs = tessera::models::gaussians;
 
 struct GaussianBenchOptions {
-  int64_t count = 0;               // Gaussians, exactly (random in the scene bounds)
+  int64_t count = -1;              // Gaussians, exactly (random in the scene bounds); not given
+                                   // (-1) with --scene: the scene's points, as training uses
   int64_t steps = 5;               // timed steps
   int64_t warmup = 1;              // untimed steps first
   int64_t views_per_step = 1;      // views rendered per step
@@ -47,7 +48,10 @@ struct GaussianBenchOptions {
 // Checked before MPI starts, so that every rank fails alike and the launcher's rank 0 says why.
 void validate(const GaussianBenchOptions& o) {
   auto fail = [](const std::string& what) { throw UserError("bench gaussians: " + what); };
-  if (o.count < 1) fail("--count must be >= 1 (got " + std::to_string(o.count) + ")");
+  if (o.count == -1 && o.scene.empty())
+    fail("--count is required without --scene (a dataset whose points start the Gaussians)");
+  if (o.count != -1 && o.count < 1)
+    fail("--count must be >= 1 (got " + std::to_string(o.count) + ")");
   if (o.steps < 1) fail("--steps must be >= 1 (got " + std::to_string(o.steps) + ")");
   if (o.warmup < 0) fail("--warmup must be >= 0 (got " + std::to_string(o.warmup) + ")");
   if (o.views_per_step < 1)
@@ -64,15 +68,15 @@ void validate(const GaussianBenchOptions& o) {
 
 
 // The trainer at a fixed count: random init of exactly `count` Gaussians (the scene's points
-// ignored), no densification, pruning or opacity reset, no rebalancing after the initial one,
-// the full SH degree from the first step.
+// ignored), or the scene's points when count is -1 (not given); no densification, pruning or opacity reset,
+// no rebalancing after the initial one, the full SH degree from the first step.
 gs::GaussianTrainerOptions trainer_options(const GaussianBenchOptions& o) {
   gs::GaussianTrainerOptions t;
   t.views_per_step = o.views_per_step;
   t.steps = o.warmup + o.steps;
   t.seed = o.seed;
-  t.init.random_count = o.count;
-  t.init.ignore_points = true;
+  t.init.random_count = std::max<int64_t>(o.count, 0);
+  t.init.ignore_points = o.count > 0;
   t.init.seed = o.seed;
   t.densify.densify_until = 0;  // no statistics, densification, pruning or opacity reset
   t.densify.seed = o.seed;
@@ -105,15 +109,18 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   bench::sync(device);
   MPI_CHECK(MPI_Barrier(world));
   reset_peak(device);
-  bench::progress(rank, "gaussians", "initializing %lld Gaussians at random in the scene bounds",
-           static_cast<long long>(options.count));
+  if (options.count > 0)
+    bench::progress(rank, "gaussians", "initializing %lld Gaussians at random in the scene bounds",
+                    static_cast<long long>(options.count));
+  else
+    bench::progress(rank, "gaussians", "initializing from the points of %s", scene_path.c_str());
   const auto init_start = std::chrono::steady_clock::now();
   gs::GaussianTrainer trainer(*comm, scene, trainer_options(options));
   bench::sync(device);
   const double init_s = bench::max_over_ranks(
       world, std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count());
   const int64_t global = trainer.global_count();
-  if (global != options.count)
+  if (options.count > 0 && global != options.count)
     throw std::logic_error("bench gaussians: the trainer holds " + std::to_string(global) +
                            " Gaussians, not --count " + std::to_string(options.count));
   const double max_local = bench::max_over_ranks(world, static_cast<double>(trainer.local_count()));
@@ -126,6 +133,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   reset_peak(device);
 
   std::vector<double> times;
+  std::vector<PhaseTimes> phases;
   for (int64_t t = 0; t < options.warmup + options.steps; ++t) {
     bench::sync(device);
     MPI_CHECK(MPI_Barrier(world));
@@ -136,6 +144,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
         bench::max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     const bool timed = t >= options.warmup;
     if (timed) times.push_back(seconds);
+    if (timed) phases.push_back(r.phases);
     bench::progress(rank, "gaussians", "step %lld%s: %.3f s, loss %.4f", static_cast<long long>(t + 1),
              timed ? "" : " (warm-up)", seconds, r.loss);
   }
@@ -148,14 +157,15 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
                 "\"gaussians_per_s\":%.6g,\"peak_bytes_per_rank\":%lld,"
                 "\"steady_peak_bytes_per_rank\":%lld,\"max_gaussians_per_rank\":%lld,"
                 "\"init_s\":%.4g,\"device\":\"%s\",\"size\":%lld,\"views_per_step\":%lld,"
-                "\"sh_degree\":%d,\"steps\":%lld}\n",
-                static_cast<long long>(options.count), ranks, step_s,
-                static_cast<double>(options.count) / step_s, static_cast<long long>(peak),
+                "\"sh_degree\":%d,\"steps\":%lld,\"phases_s\":%s}\n",
+                static_cast<long long>(global), ranks, step_s,
+                static_cast<double>(global) / step_s, static_cast<long long>(peak),
                 static_cast<long long>(steady), static_cast<long long>(max_local), init_s,
                 device.is_cuda() ? "cuda" : "cpu",
                 static_cast<long long>(scene.cameras().empty() ? 0 : scene.cameras()[0].width),
                 static_cast<long long>(options.views_per_step), options.sh_degree,
-                static_cast<long long>(options.steps));
+                static_cast<long long>(options.steps),
+                bench::phases_json(median_phases(phases)).c_str());
     std::fflush(stdout);
   }
   return kExitOk;
@@ -168,17 +178,22 @@ bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
   auto o = std::make_shared<GaussianBenchOptions>();
   CLI::App* sub = bench.add_subcommand(
       "gaussians",
-      "Sharded 3DGS training at exactly --count Gaussians (random in the scene bounds; no "
-      "densification, pruning or rebalancing after the initial Morton split): step time and peak "
-      "memory per rank. Run under mpirun -np N to see memory per rank fall as 1/N. One JSON line "
-      "on rank 0's stdout: bench, count, ranks, step_s (median over the timed steps of the "
-      "slowest rank's wall time), gaussians_per_s (count / step_s), peak_bytes_per_rank (max over "
-      "ranks of the allocator's peak from the trainer's construction on: the rank's slice of "
-      "the initial set, parameters, Adam state, gradients, activations; the counting CPU allocator, or the CUDA "
-      "caching allocator), then steady_peak_bytes_per_rank (the same over the steps only), "
-      "max_gaussians_per_rank, init_s and the settings. Progress on stderr.");
-  sub->add_option("--count", o->count, "Gaussians in the scene (exactly; split across the ranks)")
-      ->required();
+      "Sharded 3DGS training at exactly --count Gaussians (random in the scene bounds), or from "
+      "the points of a --scene dataset without --count; no densification, pruning or "
+      "rebalancing after the initial Morton split: step time, time per phase and peak memory "
+      "per rank. Run under mpirun -np N to see memory per rank fall as 1/N. One JSON line on "
+      "rank 0's stdout: bench, count, ranks, step_s (median over the timed steps of the slowest "
+      "rank's wall time), gaussians_per_s (count / step_s), peak_bytes_per_rank (max over ranks "
+      "of the allocator's peak from the trainer's construction on: the rank's slice of the "
+      "initial set, parameters, Adam state, gradients, activations; the counting CPU "
+      "allocator, or the CUDA caching allocator), then steady_peak_bytes_per_rank (the same over "
+      "the steps only), max_gaussians_per_rank, init_s, the settings, and phases_s (rank 0's "
+      "median seconds per phase of a step: project, sh, exchange, bin, rasterize, loss, "
+      "rasterize_bwd, project_bwd, optimizer, densify). Progress on stderr.");
+  sub->add_option("--count", o->count,
+                  "Gaussians in the scene (exactly; split across the ranks), drawn at random in "
+                  "the scene bounds. Required without --scene; with --scene, leave it out to "
+                  "start from the dataset's points (its /points, as training does)");
   sub->add_option("--steps", o->steps, "Timed training steps (step_s is their median)")
       ->capture_default_str();
   sub->add_option("--warmup", o->warmup, "Untimed training steps first")->capture_default_str();
@@ -187,8 +202,9 @@ bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
   sub->add_option("--sh-degree", o->sh_degree, "Spherical-harmonics degree used from the first step (0-3)")
       ->capture_default_str();
   sub->add_option("--scene", o->scene,
-                  "Dataset file (.h5) whose cameras and bounds are used (its points are not); "
-                  "default: synthesize one per rank in a temp dir")
+                  "Dataset file (.h5) whose train views are rendered and compared, and whose points "
+                  "start the Gaussians unless --count is given; default: synthesize one per rank "
+                  "in a temp dir")
       ->check(CLI::ExistingFile);
   sub->add_option("--preset", o->preset, "Synthetic scene preset (without --scene)")->capture_default_str();
   sub->add_option("--views", o->views, "Synthetic scene views (without --scene)")->capture_default_str();

@@ -45,6 +45,7 @@ StepRecord GaussianFamily::forward_backward(const StepControl& control) {
   StepRecord record;
   record.loss = pending_.loss;
   record.work = static_cast<double>(pending_.views.size());
+  record.phases = pending_.phases;
   return record;
 }
 
@@ -53,6 +54,7 @@ std::vector<torch::Tensor> GaussianFamily::gradients() { return trainer_.gradien
 void GaussianFamily::apply_step(const StepControl& control, bool skipped, StepRecord& record) {
   trainer_.apply_step(control.step, skipped, pending_);
   const GaussianStepResult& r = pending_;
+  record.phases = r.phases;
   const double rate = trainer_.sampling_rate_at(control.step);
   record.fields = {{"gaussians", r.global_count},     {"sh_degree", r.sh_degree},
                    {"sampling_rate", rate},            {"resolution_scale", r.resolution_scale},

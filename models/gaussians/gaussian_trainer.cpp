@@ -8,6 +8,7 @@
 
 #include "distributed/errors.h"
 #include "framework/autocast.h"
+#include "framework/fused_adam.h"
 #include "framework/data/lens.h"
 #include "models/gaussians/gaussian_render.h"
 #include "models/gaussians/ply.h"
@@ -52,6 +53,7 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
   for (int64_t v : train_views_) train_cameras.push_back(scene.cameras()[v]);
   extent_ = scene_extent(train_cameras);  // INRIA: the train cameras' extent
   const torch::Device device = comm.device();
+  phases_ = PhaseTimer(device);
   const auto& bg = scene.meta().background;
   background_ = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
                                static_cast<float>(bg[2])},
@@ -258,6 +260,7 @@ GaussianStepResult GaussianTrainer::step(int64_t t) {
 GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scale,
                                                      const std::string& precision) {
   const int64_t s = t + 1;
+  phases_.start();
   GaussianStepResult result;
   result.views = batch_views(t);
   result.sh_degree = sh_degree_at(t);
@@ -300,7 +303,10 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
     }
     if (loss_hook) loss_hook(t, loss);
     loss_sum += loss.item<double>();
+    phases_.lap("loss");
+    // The backward charges loss, exchange and rasterize_bwd at the marks forward() left, then:
     (loss * (loss_scale / static_cast<double>(b_count * comm_.size()))).backward();
+    phases_.lap("project_bwd");
     if (stats) {
       torch::NoGradGuard no_grad;
       for (size_t b = 0; b < pass.size(); ++b) {
@@ -309,9 +315,11 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
                           loss_scale == 1.0 || !grad.defined() ? grad : grad / loss_scale,
                           batch.widths[b], batch.heights[b]);
       }
+      phases_.lap("stats");
     }
   }
   result.loss = loss_sum / static_cast<double>(b_count);
+  result.phases = phases_.times();
   return result;
 }
 
@@ -323,14 +331,16 @@ std::vector<torch::Tensor> GaussianTrainer::gradients() const {
 
 void GaussianTrainer::apply_step(int64_t t, bool skipped, GaussianStepResult& result) {
   const int64_t s = t + 1;
+  phases_.skip();  // the run's skip check since forward_backward is the run's to charge
   if (!skipped) {
-    optimizer_->step();
+    adam_step(*optimizer_);
     ++adam_steps_;
   } else if (stats_before_step_.count.defined()) {
     stats_ = stats_before_step_;  // the skipped batch's statistics may be non-finite
   }
   stats_before_step_ = DensifyStats{};
   ++steps_done_;
+  phases_.lap("optimizer");
 
   // The schedule goes on through a skipped step: the rows are unchanged and finite.
   if (densifies(options_.densify, s)) densify(s, result);
@@ -341,6 +351,8 @@ void GaussianTrainer::apply_step(int64_t t, bool skipped, GaussianStepResult& re
   if (result.densified || (options_.rebalance_every > 0 && s % options_.rebalance_every == 0))
     result.rebalanced = rebalance(false).migrated;
   result.global_count = global_count();
+  phases_.lap("densify");
+  result.phases = phases_.times();
 }
 
 void GaussianTrainer::densify(int64_t s, GaussianStepResult& result) {

@@ -16,6 +16,7 @@
 #include "distributed/gaussian_sharding.h"
 #include "framework/data/scene.h"
 #include "framework/memory.h"
+#include "framework/phase_timer.h"
 #include "framework/schedule.h"
 #include "framework/snapshot.h"
 #include "kernels/tile_binning.h"
@@ -84,6 +85,11 @@ struct GaussianStepResult {
   bool densified = false, opacity_reset = false, rebalanced = false;
   int64_t cloned = 0, split = 0, pruned = 0;  // global counts of this step's densification
   int64_t global_count = 0;                   // Gaussians after the step
+  // This rank's seconds per phase (framework/phase_timer.h): project, sh, exchange (the tile
+  // split, the all-to-all of projected rows and the image allreduce, both ways), bin, rasterize,
+  // loss (forward and backward), rasterize_bwd, project_bwd (SH and projection backward), stats
+  // (densification statistics), optimizer, densify (densification, opacity reset, rebalancing).
+  PhaseTimes phases;
 };
 
 // The sharded trainer. Every public function but the local accessors is collective: all ranks
@@ -232,6 +238,7 @@ class GaussianTrainer {
   GaussianParams params_;
   torch::Tensor ids_;  // [n] int64
   std::unique_ptr<torch::optim::Adam> optimizer_;
+  PhaseTimer phases_;  // the step's phases (GaussianStepResult::phases)
   DensifyStats stats_;
   std::vector<int64_t> train_views_;
   torch::Tensor background_;  // [3] float32

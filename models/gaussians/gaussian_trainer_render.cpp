@@ -21,13 +21,15 @@ constexpr int64_t kRowWidth = 10;
 
 // Differentiable allreduce-sum of per-rank partial images. Forward: the sum over ranks. Backward:
 // the allreduce-sum of the gradient, so that when every rank's loss is L / size the gradient that
-// reaches each rank's partial image is dL/d(full image), the single-process gradient.
+// reaches each rank's partial image is dL/d(full image), the single-process gradient; charged to
+// the "exchange" phase of the timer.
 class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
                                const torch::Tensor& partial,  // [H, W, 3]
-                               int64_t comm_address) {
+                               int64_t comm_address, int64_t timer_address) {
     ctx->saved_data["comm"] = comm_address;
+    ctx->saved_data["timer"] = timer_address;
     torch::Tensor full = partial.detach().clone();
     reinterpret_cast<distributed::Communicator*>(comm_address)
         ->allreduce(full, distributed::ReduceOp::Sum);
@@ -39,7 +41,8 @@ class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFuncti
     torch::Tensor g = grads[0].defined() ? grads[0].contiguous().clone() : torch::Tensor();
     if (!g.defined()) throw std::logic_error("AllreduceSumFunction: undefined gradient");
     comm->allreduce(g, distributed::ReduceOp::Sum);
-    return {g, torch::Tensor()};
+    reinterpret_cast<PhaseTimer*>(ctx->saved_data["timer"].toInt())->lap("exchange");
+    return {g, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -99,6 +102,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
         params_.means, params_.quats, scales, cam.viewmat, cam.fx, cam.fy, cam.cx, cam.cy,
         cam.width, cam.height);
     if (grad && proj.means2d.requires_grad()) proj.means2d.retain_grad();
+    phases_.lap("project");
     const torch::Tensor centre = torch::tensor({cam.centre[0], cam.centre[1], cam.centre[2]},
                                                params_.means.options().requires_grad(false));
     const torch::Tensor colors =
@@ -106,6 +110,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     rows.push_back(torch::cat({proj.means2d, proj.conics, colors, opacities.unsqueeze(1),
                                proj.depths.unsqueeze(1)},
                               1));  // [n, 10]
+    phases_.lap("sh");
     side.push_back(torch::stack({proj.radii.to(torch::kInt64), ids_,
                                  torch::full_like(ids_, b)},
                                 1));  // [n, 3] (radius, global id, view)
@@ -123,6 +128,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
       batch->widths.push_back(cam.width);
       batch->heights.push_back(cam.height);
     }
+    phases_.lap("exchange");  // the tile rects and costs of the split
   }
   // Tile cost over the batch (views concatenated), identical on every rank.
   torch::Tensor tile_cost = torch::cat(costs);
@@ -133,10 +139,15 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   for (int64_t b = 0; b < b_count; ++b)
     dest.push_back(dist::destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
   const dist::ExchangePlan plan = dist::make_exchange_plan(comm_, torch::cat(dest));
-  const torch::Tensor received = dist::exchange_projected(comm_, plan, torch::cat(rows));
+  // Backward marks: the reverse all-to-all is charged to exchange once SH and projection
+  // backward can start, and rasterize_bwd ends where every consumer of `received` is done.
+  const torch::Tensor received = phase_mark(
+      dist::exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
+      &phases_, "rasterize_bwd");
   const torch::Tensor received_side =
       dist::exchange_with_plan(comm_, plan, torch::cat(side)).cpu();  // [R, 3]
   if (batch != nullptr) batch->received = received;
+  phases_.lap("exchange");
 
   const torch::Tensor my_tiles = partition.mask(comm_.rank());  // [T] bool
   std::vector<torch::Tensor> partials;
@@ -159,10 +170,12 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
       const kernels::TileBins bins =
           kernels::bin_gaussians(means2d.detach(), radii, depths.detach(), cam.width,
                                  cam.height, ts, tile_mask.to(device));
+      phases_.lap("bin");
       const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
           means2d, r.slice(1, 2, 5), r.slice(1, 5, 8), r.select(1, 8), background_,
           bins.tile_offsets, bins.gaussian_ids, cam.width, cam.height, ts);
       partial = raster.colors * pixels;
+      phases_.lap("rasterize");
     } else {
       partial = background_.view({1, 1, 3}).expand({cam.height, cam.width, 3}) * pixels;
     }
@@ -173,12 +186,17 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   if (grad) {
     // The received rows enter every rank's loss (a zero term), so that the backward collectives
     // (this allreduce and the reverse all-to-all-v) run on every rank.
-    flat = AllreduceSumFunction::apply(flat + 0 * received.sum(),
-                                       static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm_)));
+    // The mark after it ends the loss's backward.
+    flat = phase_mark(
+        AllreduceSumFunction::apply(flat + 0 * received.sum(),
+                                    static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm_)),
+                                    static_cast<int64_t>(reinterpret_cast<intptr_t>(&phases_))),
+        &phases_, "loss");
   } else {
     flat = flat.detach().contiguous().clone();
     comm_.allreduce(flat, dist::ReduceOp::Sum);
   }
+  phases_.lap("exchange");
   std::vector<torch::Tensor> images;
   int64_t offset = 0;
   for (const RenderCamera& cam : cams) {

@@ -200,16 +200,18 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       bench::sync(device);
       MPI_CHECK(MPI_Barrier(world));
       const auto start = std::chrono::steady_clock::now();
+      std::vector<PhaseTimes> phases;
       for (int64_t step = options.warmup; step < options.warmup + options.steps; ++step)
-        trainer.train_step(step);
+        phases.push_back(trainer.train_step(step).phases);
       bench::sync(device);
       const double seconds =
           bench::max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       const double rays_per_s = static_cast<double>(options.steps * options.train_rays) / seconds;
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"throughput\",\"model\":\"%s\",\"ranks\":%d,"
-                    "\"precision\":\"%s\",\"rays_per_s\":%.1f}\n",
-                    name.c_str(), ranks, precision, rays_per_s);
+                    "\"precision\":\"%s\",\"rays_per_s\":%.1f,\"phases_s\":%s}\n",
+                    name.c_str(), ranks, precision, rays_per_s,
+                    bench::phases_json(median_phases(phases)).c_str());
         std::fflush(stdout);
       }
     }

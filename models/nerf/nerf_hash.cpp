@@ -189,9 +189,10 @@ kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, con
 }  // namespace
 
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
-  (void)context;  // marching is deterministic; the grid is the only state it reads
+  // Marching is deterministic (the grid is the only state it reads); the context times phases.
   auto march = this->march(rays);
   const int64_t marched = march.ts.size(0);
+  lap(context, "march");
 
   // Occluded samples (docs/nerf.md, nerf-hash step 5): the occupancy grid cannot know
   // what lies in front of a cell, so a ray through a room marches every occupied cell behind the
@@ -215,11 +216,13 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
     const auto kept = (local < counts.index_select(0, march.ray_indices)).nonzero().squeeze(1);
     march = select_samples(march, kept, counts);
     if (!differentiate) features = all_features.index_select(0, kept);
+    lap(context, "march");  // the occluded samples are found as part of marching
   }
 
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
   if (!features.defined()) {
     const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    lap(context, "encode");
     features = checkpoint_density_ ? checkpoint(fn_density, {enc})[0] : fn_density({enc})[0];
   }
   // Compositing runs in float32 (under bf16/fp16 autocast the MLPs' outputs are half).
@@ -229,6 +232,7 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
   const auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh})[0]
                                        : fn_color({features, sh})[0]).to(torch::kFloat32);
+  lap(context, "mlp");
 
   const auto out = kernels::volume_render(sigmas, rgbs, march.deltas, march.ts, march.ray_offsets);
   RenderResult result;
@@ -246,6 +250,7 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
                         march.ray_indices)
             .sum();
   }
+  lap(context, "composite");
   return result;
 }
 

@@ -146,6 +146,7 @@ NerfMlp::Samples NerfMlp::prepare(const RayBatch& rays, const StepContext& conte
   const auto ts = near + (far - near) * ((bins + u) / static_cast<float>(s));  // [R, S]
   const auto deltas = torch::cat({ts.slice(1, 1) - ts.slice(1, 0, s - 1), far - ts.slice(1, s - 1)}, 1);
   const auto points = rays.origins.view({r, 1, 3}) + ts.unsqueeze(2) * rays.directions.view({r, 1, 3});
+  lap(context, "march");  // the stratified samples along each ray
 
   // Positions to [-1, 1]^3 by the scene box, so the encoding's frequencies are relative to it.
   const auto& b = context_.scene_bounds;
@@ -155,6 +156,7 @@ NerfMlp::Samples NerfMlp::prepare(const RayBatch& rays, const StepContext& conte
   const auto x_enc = positional_encoding(xn, options_.position_frequencies);
   const auto d_enc = positional_encoding(rays.directions, options_.direction_frequencies)
                          .repeat_interleave(s, 0);
+  lap(context, "encode");
   return {ts, deltas, x_enc, d_enc};
 }
 
@@ -199,6 +201,7 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   }
   auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
   const auto out_heads = checkpointed_[segments] ? checkpoint(fn_heads, {h, d_enc}) : fn_heads({h, d_enc});
+  lap(context, "mlp");
   // softplus instead of the paper's ReLU: no dead density at init, smoother on a short CPU run.
   // Compositing runs in float32 (under bf16/fp16 autocast the heads' outputs are half).
   const auto sigmas = torch::softplus(out_heads[0].view({-1}).to(torch::kFloat32));
@@ -209,6 +212,7 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   result.opacity = vr.opacity;
   result.depth = vr.depth;
   result.samples = r * s;
+  lap(context, "composite");
   return result;
 }
 
