@@ -1,5 +1,6 @@
 // CPU rasterize_gaussians_fwd / _bwd: tiles in parallel (at::parallel_for). Each tile gathers the
-// Gaussians of its list that can reach one of its pixels, then renders its pixels in row segments
+// Gaussians of its list that can reach one of its pixels, chunk by chunk for as long as a pixel
+// is still live, and renders its pixels in row segments
 // of kLanes pixels that walk the list together: the per-pair math runs across the lanes (the
 // compiler vectorizes it; on x86-64 an AVX2 copy is chosen at run time), a segment passes over a
 // Gaussian that none of its pixels can see without computing any exp, and float32's exp is a
@@ -225,18 +226,18 @@ struct TileGaussians {
 
   int64_t size() const { return n; }
 
-  // The first `limit` entries of the tile's list (all when limit < 0).
-  void gather(const Inputs<scalar_t>& in, int64_t tile, const TileBox& box, int64_t limit = -1) {
+  // Positions [begin, end) of the tile's list.
+  void gather(const Inputs<scalar_t>& in, int64_t tile, const TileBox& box, int64_t begin,
+              int64_t end) {
     const int64_t first = in.offsets[tile];
-    const int64_t count = limit >= 0 ? std::min(limit, in.offsets[tile + 1] - first)
-                                     : in.offsets[tile + 1] - first;
+    const int64_t count = end - begin;
     const int64_t channels = in.channels;
     for (auto* v : {&mx, &my, &a, &b, &c, &opacity, &cut})
       if (static_cast<int64_t>(v->size()) < count) v->resize(count);
     if (static_cast<int64_t>(entry.size()) < count) entry.resize(count);
     if (static_cast<int64_t>(color.size()) < count * channels) color.resize(count * channels);
     n = 0;
-    for (int64_t k = 0; k < count; ++k) {
+    for (int64_t k = begin; k < end; ++k) {
       const int64_t g = in.ids[first + k];  // in [0, N): check_ids
       const Splat<scalar_t>& sp = in.splats[g];
       if (sp.misses(box)) continue;
@@ -255,42 +256,42 @@ struct TileGaussians {
   }
 };
 
-// Per-thread scratch: the lanes' colour sums, cotangents and behind-colours (one V per channel);
-// in backward each kept Gaussian's gradients per lane ([k][6 + C]: mx, my, a, b, c, opacity, then
-// the colour), summed over the lanes once per tile, so that the lanes' loops carry no reduction
-// and the order of the sums is fixed.
+// n lane vectors, zeroed, on 64 bytes: the AVX2 clone loads them aligned to 32 while the
+// baseline compilation unit (std::vector, alignof) takes a vector type's alignment as 16. Out of
+// memory aborts: nothing may throw inside the cloned tile loops.
+template <typename T>
+class LaneArray {
+ public:
+  T* zeroed(int64_t n) {
+    if (n > capacity_) {
+      const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T) + 63) / 64 * 64;
+      data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+      if (data_ == nullptr) std::abort();
+      capacity_ = n;
+    }
+    std::memset(static_cast<void*>(data_.get()), 0, static_cast<size_t>(n) * sizeof(T));
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  int64_t capacity_ = 0;
+};
+
+// Per-thread scratch: in forward each row segment's state across the chunks of a tile's list
+// (transmittance, colour sums, live lanes, last entries); in backward the lanes' cotangents and
+// behind-colours (one V per channel) and each kept Gaussian's gradients per lane ([k][6 + C]:
+// mx, my, a, b, c, opacity, then the colour), summed over the lanes once per tile, so that the
+// lanes' loops carry no reduction and the order of the sums is fixed.
 template <typename scalar_t>
 struct LaneScratch {
   using V = typename Lanes<scalar_t>::V;
-  // n lane vectors, zeroed, on 64 bytes: the AVX2 clone loads them aligned to 32 while the
-  // baseline compilation unit (std::vector, alignof) takes a vector type's alignment as 16.
-  class Array {
-   public:
-    V* zeroed(int64_t n) {
-      if (n > capacity_) {
-        const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(V) + 63) / 64 * 64;
-        data_.reset(static_cast<V*>(std::aligned_alloc(64, bytes)));
-        TORCH_CHECK(data_ != nullptr, "rasterize_gaussians: out of memory for ", bytes, " bytes");
-        capacity_ = n;
-      }
-      std::memset(static_cast<void*>(data_.get()), 0, static_cast<size_t>(n) * sizeof(V));
-      return data_.get();
-    }
-
-   private:
-    struct Free {
-      void operator()(V* p) const { std::free(p); }
-    };
-    std::unique_ptr<V, Free> data_;
-    int64_t capacity_ = 0;
-  };
-  Array acc, v_c, s, lane_grads;
-  int64_t channels;
-  explicit LaneScratch(int64_t channels_) : channels(channels_) {
-    acc.zeroed(channels);
-    v_c.zeroed(channels);
-    s.zeroed(channels);
-  }
+  using M = typename Lanes<scalar_t>::M;
+  LaneArray<V> trans, acc, v_c, s, lane_grads;
+  LaneArray<M> live, last;
 };
 
 template <typename V>
@@ -306,27 +307,22 @@ inline __attribute__((always_inline)) V lane_sigma(S a, S b, S c, V dx, S dy) {
   return S(0.5) * (a * dx * dx + c * dy * dy) + b * dx * dy;
 }
 
-// One row segment of the forward: pixels (i, j0 + l) for l < lanes walk the kept Gaussians
-// front to back under the rule of kernels/gaussian_rasterize.h (raster::pixel_alpha across the
-// lanes), passing over a Gaussian whose sigma exceeds its cut at every live pixel.
+// Forward of one row segment, pixels (i, j0 + l) for the lanes l that are live, over the kept
+// Gaussians of one chunk of the tile's list, front to back under the rule of
+// kernels/gaussian_rasterize.h (raster::pixel_alpha across the lanes); a Gaussian whose sigma
+// exceeds its cut at every live pixel is passed over. The state (transmittance, colour sums,
+// live lanes, last entries) carries over to the next chunk.
 template <typename scalar_t>
-inline __attribute__((always_inline)) void forward_segment(
-    const TileGaussians<scalar_t>& tg, const Inputs<scalar_t>& in, const Grid& grid, int64_t i,
-    int64_t j0, int lanes, LaneScratch<scalar_t>& scratch, scalar_t* out_colors,
-    scalar_t* out_alphas, int32_t* out_last, scalar_t* out_transmittance) {
+inline __attribute__((always_inline)) void forward_walk(
+    const TileGaussians<scalar_t>& tg, int64_t channels, scalar_t py,
+    typename Lanes<scalar_t>::V px, typename Lanes<scalar_t>::V& trans,
+    typename Lanes<scalar_t>::M& live, typename Lanes<scalar_t>::M& last,
+    typename Lanes<scalar_t>::V* acc) {
   using V = typename Lanes<scalar_t>::V;
   using M = typename Lanes<scalar_t>::M;
-  const int64_t channels = in.channels;
   const V zero = splat<V>(0), one = splat<V>(1);
   const V stop = splat<V>(raster::kTransmittanceStop);
   const V max_alpha = splat<V>(raster::kMaxAlpha), min_alpha = splat<V>(raster::kMinAlpha);
-  const scalar_t py = static_cast<scalar_t>(i) + scalar_t(0.5);
-  const V offsets = lane_offsets<V>();
-  const V px = offsets + (static_cast<scalar_t>(j0) + scalar_t(0.5));
-  M live = offsets < splat<V>(lanes);
-  V trans = one;
-  M last = splat<M>(0);
-  V* acc = scratch.acc.zeroed(channels);
   const int64_t n = tg.size();
   for (int64_t k = 0; k < n; ++k) {
     const V sigma = lane_sigma(tg.a[k], tg.b[k], tg.c[k], tg.mx[k] - px, tg.my[k] - py);
@@ -344,16 +340,7 @@ inline __attribute__((always_inline)) void forward_segment(
     last = add ? splat<M>(tg.entry[k] + 1) : last;
     const scalar_t* col = tg.color.data() + k * channels;
     for (int64_t ch = 0; ch < channels; ++ch) acc[ch] = add ? acc[ch] + w * col[ch] : acc[ch];
-    if (!any_of(live)) break;
-  }
-  for (int l = 0; l < lanes; ++l) {
-    const int64_t pix = i * grid.width + j0 + l;
-    for (int64_t ch = 0; ch < channels; ++ch)
-      out_colors[pix * channels + ch] =
-          acc[ch][l] + trans[l] * (in.background ? in.background[ch] : scalar_t(0));
-    out_alphas[pix] = 1 - trans[l];
-    out_last[pix] = static_cast<int32_t>(last[l]);
-    out_transmittance[pix] = trans[l];
+    if (!any_of(live)) return;
   }
 }
 
@@ -442,18 +429,60 @@ inline __attribute__((always_inline)) void backward_segment(
   }
 }
 
-// One tile, forward / backward: its kept Gaussians, then its rows in segments of kLanes pixels.
+// Forward of one tile: its rows in segments of kLanes pixels walk the list in chunks of
+// kChunk entries, each chunk gathered (culled) once, until every pixel has stopped; what the
+// pixels never reach is never gathered (long lists whose pixels saturate early).
+constexpr int64_t kChunk = 512;
+
 template <typename scalar_t>
 inline __attribute__((always_inline)) void forward_tile_impl(
     const Inputs<scalar_t>& in, const Grid& grid, int64_t tile, TileGaussians<scalar_t>& tg,
     LaneScratch<scalar_t>& scratch, scalar_t* out_colors, scalar_t* out_alphas,
     int32_t* out_last, scalar_t* out_transmittance) {
+  using V = typename Lanes<scalar_t>::V;
+  using M = typename Lanes<scalar_t>::M;
+  const int64_t channels = in.channels;
   const TileBox box = box_of(grid, tile);
-  tg.gather(in, tile, box);
-  for (int64_t i = box.i0; i < box.i1; ++i)
-    for (int64_t j0 = box.j0; j0 < box.j1; j0 += kLanes)
-      forward_segment(tg, in, grid, i, j0, static_cast<int>(std::min<int64_t>(kLanes, box.j1 - j0)),
-                      scratch, out_colors, out_alphas, out_last, out_transmittance);
+  const int64_t per_row = (box.j1 - box.j0 + kLanes - 1) / kLanes;
+  const int64_t segments = (box.i1 - box.i0) * per_row;
+  V* trans = scratch.trans.zeroed(segments);
+  V* acc = scratch.acc.zeroed(segments * channels);
+  M* live = scratch.live.zeroed(segments);
+  M* last = scratch.last.zeroed(segments);
+  const V offsets = lane_offsets<V>();
+  for (int64_t q = 0; q < segments; ++q) {
+    const int64_t j0 = box.j0 + (q % per_row) * kLanes;
+    trans[q] = splat<V>(1);
+    live[q] = offsets < splat<V>(std::min<int64_t>(kLanes, box.j1 - j0));
+  }
+  const int64_t list = in.offsets[tile + 1] - in.offsets[tile];
+  bool any_live = segments > 0;
+  for (int64_t begin = 0; begin < list && any_live; begin += kChunk) {
+    tg.gather(in, tile, box, begin, std::min(list, begin + kChunk));
+    any_live = false;
+    for (int64_t q = 0; q < segments; ++q) {
+      if (!any_of(live[q])) continue;
+      const int64_t i = box.i0 + q / per_row, j0 = box.j0 + (q % per_row) * kLanes;
+      const V px = offsets + (static_cast<scalar_t>(j0) + scalar_t(0.5));
+      forward_walk(tg, channels, static_cast<scalar_t>(i) + scalar_t(0.5), px, trans[q], live[q],
+                   last[q], acc + q * channels);
+      any_live = any_live || any_of(live[q]);
+    }
+  }
+  for (int64_t q = 0; q < segments; ++q) {
+    const int64_t i = box.i0 + q / per_row, j0 = box.j0 + (q % per_row) * kLanes;
+    const int lanes = static_cast<int>(std::min<int64_t>(kLanes, box.j1 - j0));
+    for (int l = 0; l < lanes; ++l) {
+      const int64_t pix = i * grid.width + j0 + l;
+      for (int64_t ch = 0; ch < channels; ++ch)
+        out_colors[pix * channels + ch] =
+            acc[q * channels + ch][l] +
+            trans[q][l] * (in.background ? in.background[ch] : scalar_t(0));
+      out_alphas[pix] = 1 - trans[q][l];
+      out_last[pix] = static_cast<int32_t>(last[q][l]);
+      out_transmittance[pix] = trans[q][l];
+    }
+  }
 }
 
 // Backward of one tile: only the first `top` entries of its list (top = the largest last_ids of
@@ -467,7 +496,7 @@ inline __attribute__((always_inline)) void backward_tile_impl(
     scalar_t* entry_grads, scalar_t* entry_colors, scalar_t* tile_background) {
   using V = typename Lanes<scalar_t>::V;
   const TileBox box = box_of(grid, tile);
-  tg.gather(in, tile, box, top);
+  tg.gather(in, tile, box, 0, top);
   const int64_t channels = in.channels, width = 6 + channels, n = tg.size();
   V* lane_grads = scratch.lane_grads.zeroed(n * width);
   for (int64_t i = box.i0; i < box.i1; ++i)
@@ -625,7 +654,7 @@ RasterizeOutput rasterize_gaussians_fwd(const torch::Tensor& means2d, const torc
     const TileOrder order(grid.num_tiles());
     at::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
       TileGaussians<scalar_t> tg;
-      LaneScratch<scalar_t> scratch(channels);
+      LaneScratch<scalar_t> scratch;
       for (int64_t k = begin; k < end; ++k)
         forward_tile(in, grid, order(k), tg, scratch, colors_out, alphas_out, last_out,
                      trans_out);
@@ -690,7 +719,7 @@ RasterizeGrads rasterize_gaussians_bwd(
       const TileOrder order(grid.num_tiles());
       at::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
         TileGaussians<scalar_t> tg;
-        LaneScratch<scalar_t> scratch(channels);
+        LaneScratch<scalar_t> scratch;
         for (int64_t k = begin; k < end; ++k) {
           const int64_t t = order(k);
           backward_tile(in, grid, t, active[t], top[t], tg, scratch, last_p, trans_p,
