@@ -12,53 +12,18 @@
 // state) is carried to backward in ctx->saved_data as an IValue capsule.
 #include "framework/checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "framework/autocast.h"
+#include "framework/rng_state.h"
 
 namespace tessera {
 namespace {
-
-// Generator states to replay during the recompute.
-struct RngState {
-  torch::Tensor cpu;                                        // [5056] uint8 (mt19937 + normal cache)
-  std::vector<std::pair<c10::Device, torch::Tensor>> cuda;  // per device, Philox seed + offset
-};
-
-torch::Tensor get_generator_state(at::Generator gen) {  // a handle: copies share the impl
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_generator_state(at::Generator gen, const torch::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-// The CPU generator and the default generator of every CUDA device among `devices`. CUDA is
-// already initialized when an input lives there, so defaultGenerator() does not start it.
-RngState capture_rng(const std::vector<c10::Device>& devices) {
-  RngState state;
-  state.cpu = get_generator_state(at::detail::getDefaultCPUGenerator());
-  for (const c10::Device& device : devices)
-    if (device.is_cuda())
-      state.cuda.emplace_back(
-          device, get_generator_state(at::globalContext().defaultGenerator(device)));
-  return state;
-}
-
-void restore_rng(const RngState& state) {
-  set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu);
-  for (const auto& [device, gen_state] : state.cuda)
-    set_generator_state(at::globalContext().defaultGenerator(device), gen_state);
-}
 
 // Installs the forward's generator states and puts the outer ones back on destruction, so the
 // recompute draws the same numbers and the rest of the run continues as if nothing was redrawn.

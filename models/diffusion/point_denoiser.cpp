@@ -12,6 +12,7 @@
 #include "distributed/errors.h"
 #include "framework/autocast.h"
 #include "framework/checkpoint.h"
+#include "framework/rng_state.h"
 
 namespace tessera::models::diffusion {
 
@@ -23,34 +24,6 @@ constexpr int64_t kMlpRatio = 4;
 constexpr double kMaxPeriod = 10000.0;
 // The seed of the dry forwards' inputs (their values do not change what is stored).
 constexpr uint64_t kMeasureSeed = 0x4d454153ull;  // "MEAS"
-
-// Saves the default generators of the CPU and of `device` and puts them back on scope exit, so
-// that a dry forward (which draws dropout masks) leaves training's randomness as it was.
-class RandomStateGuard {
- public:
-  explicit RandomStateGuard(torch::Device device) : device_(device) {
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu_ = cpu.get_state();
-    if (device.is_cuda()) {
-      at::Generator gpu = at::globalContext().defaultGenerator(device);
-      device_state_ = gpu.get_state();
-    }
-  }
-  ~RandomStateGuard() {
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(cpu_);
-    if (device_.is_cuda()) {
-      at::Generator gpu = at::globalContext().defaultGenerator(device_);
-      gpu.set_state(device_state_);
-    }
-  }
-  RandomStateGuard(const RandomStateGuard&) = delete;
-  RandomStateGuard& operator=(const RandomStateGuard&) = delete;
-
- private:
-  torch::Device device_;
-  torch::Tensor cpu_, device_state_;
-};
 
 // Q, K, V [B, heads, N, d] of the block input h [B, N, w]: its layer norm and QKV projection.
 std::vector<torch::Tensor> project_qkv(const torch::Tensor& h, const torch::Tensor& norm_w,
@@ -286,7 +259,7 @@ torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor
 
 SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t tokens,
                           const std::string& precision, torch::Device device) {
-  RandomStateGuard keep(device);
+  RngStateGuard keep({device});
   torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kMeasureSeed);
   const torch::Tensor h =
       torch::randn({shapes, tokens + 1, model.options().width}, gen).to(device);
@@ -316,7 +289,7 @@ CheckpointPlan plan_block_budget(const SegmentInfo& block, int64_t depth, double
 int64_t measure_forward(const PointDenoiser& model, int64_t shapes, int64_t tokens,
                         int64_t timesteps, const Recompute& recompute,
                         const std::string& precision, torch::Device device) {
-  RandomStateGuard keep(device);
+  RngStateGuard keep({device});
   torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kMeasureSeed + 1);
   const torch::Tensor x = torch::randn({shapes, tokens, model.options().channels}, gen).to(device);
   const torch::Tensor t = torch::randint(timesteps, {shapes}, gen, torch::kInt64).to(device);
