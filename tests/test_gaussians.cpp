@@ -358,8 +358,8 @@ TEST(GaussianInit, SlicesConcatenateToTheWholeSet) {
       int64_t n = -1;
       parts.push_back(build(part, 3, &n));
       EXPECT_EQ(n, whole_n) << source;
-      EXPECT_EQ(parts.back().size(), gs::even_slice(whole_n, part, 3).second -
-                                         gs::even_slice(whole_n, part, 3).first);
+      EXPECT_EQ(parts.back().size(), tessera::even_slice(whole_n, part, 3).second -
+                                         tessera::even_slice(whole_n, part, 3).first);
     }
     for (size_t f = 0; f < 6; ++f) {
       std::vector<torch::Tensor> pieces;

@@ -14,6 +14,7 @@
 #include "framework/adam_state.h"
 #include "framework/autocast.h"
 #include "framework/data/import.h"
+#include "framework/even_slice.h"
 #include "framework/fused_adam.h"
 #include "framework/memory.h"
 #include "framework/micro_batch.h"
@@ -94,8 +95,8 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   d.channels = kChannels;
   d.dropout = options_.dropout;
   model_ = std::make_unique<PointDenoiser>(d, seed_, device_);
-  const int64_t b = options_.batch, n = comm_.size(), r = comm_.rank();
-  const int64_t mine = b * (r + 1) / n - b * r / n;
+  const auto [first, last] = even_slice(options_.batch, comm_.rank(), comm_.size());
+  const int64_t mine = last - first;
   micro_shapes_ = (mine + options_.micro_batches - 1) / options_.micro_batches;
   plan_recompute(c.config);
   optimizer_ = std::make_unique<torch::optim::Adam>(
@@ -202,8 +203,8 @@ StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
   for (auto& group : optimizer_->param_groups())
     static_cast<torch::optim::AdamOptions&>(group.options()).lr(step_lr_);
   const std::vector<int64_t> ids = batch_shapes(step);
-  const int64_t b = options_.batch, rank = comm_.rank(), size = comm_.size();
-  const int64_t begin = b * rank / size, end = b * (rank + 1) / size;  // this rank's samples
+  const int64_t b = options_.batch;
+  const auto [begin, end] = even_slice(b, comm_.rank(), comm_.size());  // this rank's samples
   optimizer_->zero_grad(/*set_to_none=*/true);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
   const int64_t k_count = options_.micro_batches;
@@ -319,8 +320,7 @@ torch::Tensor DiffusionFamily::draw_samples(int64_t count, int64_t steps, Sample
                                             uint64_t seed, uint64_t purpose,
                                             const std::function<void(int64_t)>& on_chunk) {
   respaced_levels(steps, options_.timesteps);  // the same UserError on every rank, before work
-  const int64_t rank = comm_.rank(), size = comm_.size();
-  const int64_t begin = count * rank / size, end = count * (rank + 1) / size;
+  const auto [begin, end] = even_slice(count, comm_.rank(), comm_.size());
   const NoisePredictor predict = [this](const torch::Tensor& x, const torch::Tensor& t) {
     return model_->forward(x, t, /*training=*/false);
   };
@@ -350,8 +350,8 @@ std::string DiffusionFamily::write_samples(const SampleRequest& request) {
   const Sampler sampler = parse_sampler(name);
   if (request.count < 1) throw UserError("--count must be at least 1");
   const auto start = std::chrono::steady_clock::now();
-  const int64_t mine = request.count * (comm_.rank() + 1) / comm_.size() -
-                       request.count * comm_.rank() / comm_.size();
+  const auto [first, last] = even_slice(request.count, comm_.rank(), comm_.size());
+  const int64_t mine = last - first;
   const torch::Tensor clouds =
       draw_samples(request.count, steps, sampler, request.seed, kSamplePurpose,
                    [&](int64_t done) {

@@ -146,12 +146,6 @@ double scene_extent(const std::vector<data::Camera>& cameras) {
   return kInriaExtentMargin * std::max(radius, kMinExtent);
 }
 
-std::pair<int64_t, int64_t> even_slice(int64_t n, int64_t part, int64_t parts) {
-  if (parts < 1 || part < 0 || part >= parts)
-    throw std::invalid_argument("even_slice: need 0 <= part < parts");
-  return {n * part / parts, n * (part + 1) / parts};
-}
-
 KnnResult knn(const torch::Tensor& points, int k, int64_t first, int64_t count) {
   if (!points.defined() || points.dim() != 2 || points.size(1) != 3)
     throw std::invalid_argument("knn: points must be [N, 3]");

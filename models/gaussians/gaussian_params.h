@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/data/scene.h"
+#include "framework/even_slice.h"
 #include "framework/model.h"
 
 namespace tessera::models::gaussians {
@@ -106,9 +107,6 @@ struct KnnResult {
 // among all of them, and the result has `count` rows.
 KnnResult knn(const torch::Tensor& points,  // [N, 3] float32, CPU
               int k, int64_t first = 0, int64_t count = -1);
-
-// Rows [part N / parts, (part + 1) N / parts) of N: the even slice of part `part`.
-std::pair<int64_t, int64_t> even_slice(int64_t n, int64_t part, int64_t parts);
 
 struct InitOptions {
   int64_t random_count = 100000;  // Gaussians drawn when there are no points (or ignore_points)
