@@ -14,12 +14,16 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <torch/cuda.h>
+
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "framework/autocast.h"
+#include "framework/phase_timer.h"
 #include "framework/rng_state.h"
 
 namespace tessera {
@@ -113,6 +117,13 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     }
 
     std::vector<torch::Tensor> outputs;
+    PhaseTimer* const timer = state->options.phases;
+    auto wait_for_devices = [&] {
+      for (const c10::Device& d : state->devices)
+        if (d.is_cuda()) torch::cuda::synchronize(d.index());
+    };
+    if (timer != nullptr) wait_for_devices();
+    const auto recompute_start = std::chrono::steady_clock::now();
     {
       RngReplay rng(state->options.preserve_rng_state ? &state->rng : nullptr, state->devices);
       AutocastReplay autocast(state->autocast);
@@ -120,6 +131,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       std::vector<torch::Tensor> args(state->num_inputs);
       for (size_t k = 0; k < num_defined; ++k) args[state->defined_inputs[k]] = leaves[k];
       outputs = state->fn(args);
+    }
+    if (timer != nullptr) {
+      wait_for_devices();
+      timer->charge_nested("recompute", std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now() - recompute_start)
+                                            .count());
     }
     if (outputs.size() != state->num_outputs)
       throw std::runtime_error("checkpoint: the segment returned " +

@@ -9,6 +9,8 @@
 
 namespace tessera {
 
+class PhaseTimer;
+
 // A checkpointable segment: tensors in, tensors out. It may use parameters captured from outside
 // (a Module's weights); their gradients accumulate into .grad during the outer backward.
 using SegmentFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
@@ -19,6 +21,11 @@ struct CheckpointOptions {
   // (docs/checkpointing.md, invariant 3). Turning it off exists for tests and for segments known to draw no
   // random numbers; it is never what the trainer wants.
   bool preserve_rng_state = true;
+  // When set, the wall time of the recompute (the segment's second forward, in backward) is
+  // charged to phase "recompute" of this timer instead of to the phase around it ("backward");
+  // the gradient through the recomputed graph stays with the phase around it. On a CUDA device
+  // the timer waits for the device before and after the recompute, as at every phase boundary.
+  PhaseTimer* phases = nullptr;
 };
 
 // Runs `fn(inputs)` without recording activations and returns its outputs. Only the inputs are

@@ -2,9 +2,11 @@
 // measure_segment(), which sizes a segment's stored activations on a dry run.
 #include "framework/checkpoint_policy.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <numeric>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -28,30 +30,69 @@ int64_t stored_if_checkpointed(const SegmentInfo& s) {
   return std::min(std::max<int64_t>(s.boundary_bytes, 0), stored_if_kept(s));
 }
 
-// Fills stored_bytes, fits and the text from `checkpointed`. `note` goes after the header.
+// Predicted memory and recompute time of `checkpointed` (the model in checkpoint_policy.h).
+struct PlanCost {
+  int64_t stored = 0;      // at the end of forward
+  int64_t peak = 0;        // end of forward or a recompute, whichever is larger
+  double seconds = 0;      // recompute time
+  size_t count = 0;        // segments checkpointed
+  std::vector<int64_t> transient;  // per segment: the memory while it is recomputed (0 if kept)
+};
+
+PlanCost cost_of(const std::vector<SegmentInfo>& segments, const std::vector<bool>& checkpointed) {
+  PlanCost c;
+  c.transient.assign(segments.size(), 0);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (checkpointed[i]) {
+      c.transient[i] = c.stored + stored_if_kept(segments[i]);
+      c.peak = std::max(c.peak, c.transient[i]);
+      c.seconds += std::max(segments[i].recompute_seconds, 0.0);
+      ++c.count;
+      c.stored += stored_if_checkpointed(segments[i]);
+    } else {
+      c.stored += stored_if_kept(segments[i]);
+    }
+  }
+  c.peak = std::max(c.peak, c.stored);
+  return c;
+}
+
+std::string format_seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, s < 1.0 ? "%.1f ms" : "%.2f s", s < 1.0 ? s * 1e3 : s);
+  return text;
+}
+
+// Fills the predictions, fits and the text from `checkpointed`. `note` goes after the header.
 CheckpointPlan finish_plan(const std::string& policy, const std::vector<SegmentInfo>& segments,
                            std::vector<bool> checkpointed, int64_t budget_bytes,
                            const std::string& note = "") {
   CheckpointPlan plan;
   plan.checkpointed = std::move(checkpointed);
   plan.budget_bytes = budget_bytes;
+  const PlanCost cost = cost_of(segments, plan.checkpointed);
+  plan.stored_bytes = cost.stored;
+  plan.peak_bytes = cost.peak;
+  plan.recompute_seconds = cost.seconds;
+  plan.fits = budget_bytes < 0 || plan.peak_bytes <= budget_bytes;
   size_t name_width = 4;
   for (const SegmentInfo& s : segments) name_width = std::max(name_width, s.name.size());
 
   std::string body;
   for (size_t i = 0; i < segments.size(); ++i) {
     const SegmentInfo& s = segments[i];
-    const bool cp = plan.checkpointed[i];
-    plan.stored_bytes += cp ? stored_if_checkpointed(s) : stored_if_kept(s);
+    std::string what = "kept";
+    if (plan.checkpointed[i]) {
+      what = "checkpointed (stores " + format_bytes(stored_if_checkpointed(s)) + "; " +
+             format_bytes(cost.transient[i]) + " while recomputed";
+      if (s.recompute_seconds > 0) what += ", " + format_seconds(s.recompute_seconds);
+      what += ")";
+    }
     char line[512];
     std::snprintf(line, sizeof line, "  [%zu] %-*s %12s  %s\n", i, static_cast<int>(name_width),
-                  s.name.c_str(), format_bytes(s.activation_bytes).c_str(),
-                  cp ? ("checkpointed (stores " + format_bytes(stored_if_checkpointed(s)) + ")")
-                           .c_str()
-                     : "kept");
+                  s.name.c_str(), format_bytes(s.activation_bytes).c_str(), what.c_str());
     body += line;
   }
-  plan.fits = budget_bytes < 0 || plan.stored_bytes <= budget_bytes;
 
   plan.text = "checkpoint plan (policy '" + policy + "'";
   if (budget_bytes >= 0) plan.text += ", budget " + format_bytes(budget_bytes);
@@ -60,11 +101,18 @@ CheckpointPlan finish_plan(const std::string& policy, const std::vector<SegmentI
   plan.text += body;
   plan.text += "  total: " + std::to_string(plan.num_checkpointed()) + " of " +
                std::to_string(segments.size()) + " segments checkpointed; stored " +
-               format_bytes(plan.stored_bytes);
+               format_bytes(plan.stored_bytes) + " at the end of forward, peak " +
+               format_bytes(plan.peak_bytes);
   if (budget_bytes >= 0)
     plan.text += std::string(plan.fits ? " <= " : " > ") + "budget " + format_bytes(budget_bytes) +
                  (plan.fits ? "" : " (DOES NOT FIT)");
+  if (plan.recompute_seconds > 0)
+    plan.text += "; recompute " + format_seconds(plan.recompute_seconds) + " per pass";
   plan.text += "\n";
+  if (!plan.checkpointed.empty() && plan.checkpointed.back())
+    plan.text += "  note: checkpointing the last segment ('" + segments.back().name +
+                 "') does not lower the peak: backward recomputes it first, holding what "
+                 "keeping it holds\n";
   return plan;
 }
 
@@ -102,8 +150,10 @@ class SegmentsPolicy final : public CheckpointPolicy {
       }
       cp[static_cast<size_t>(it - segments.begin())] = true;
     }
+    // Never the last segment by `every`: its recompute comes first in backward and lowers the
+    // peak by nothing (checkpoint_policy.h). Named, it is checkpointed, and the plan says so.
     if (every_ > 0)
-      for (size_t i = 0; i < segments.size(); ++i)
+      for (size_t i = 0; i + 1 < segments.size(); ++i)
         if ((i + 1) % static_cast<size_t>(every_) == 0) cp[i] = true;
     return finish_plan(name(), segments, std::move(cp), -1);
   }
@@ -113,16 +163,20 @@ class SegmentsPolicy final : public CheckpointPolicy {
   int64_t every_;
 };
 
-// Checkpoints the FEWEST segments such that what stays stored fits the budget.
+// Checkpoints the segments whose recompute costs least such that the predicted peak (the memory
+// model in checkpoint_policy.h, recomputes included) fits the budget. The cost of a plan is its
+// recompute time (the segments' measured forward seconds), then its number of segments (all that
+// is left when no time was measured), then its peak.
 //
-// Keeping every segment stores K = sum(activation_i); checkpointing segment i lowers that by its
-// saving s_i = activation_i - boundary_i >= 0, independently of the other choices. A set S fits
-// iff sum_{i in S} s_i >= K - budget. Greedy takes segments by decreasing s_i and stops as soon
-// as the running sum reaches K - budget, after k segments. It is optimal for "fewest": if some
-// set S with |S| = j < k fitted, then the j largest savings, whose sum is >= sum over S (each
-// of them is >= the matching element of S sorted in decreasing order), would already reach
-// K - budget, and greedy would have stopped after j. Ties are broken by segment order, so the
-// plan is deterministic (and identical on every rank given identical measurements).
+// Exact, by dynamic programming over the segments in forward order. A partial plan (a choice
+// for segments 0..i-1) is summarized by what its segments store, the largest recompute
+// transient so far, its recompute time and its count; what the rest of the plan adds depends on
+// the stored bytes only, and every quantity is "smaller is better", so a partial plan that is no
+// better than another on all four can be dropped. For n identical segments (transformer blocks)
+// at most (n + 1)^2 partial plans survive a step. With the budget, partial plans that already
+// exceed it are dropped too; when none is left, the plan with the lowest peak is taken (and
+// logged as not fitting). Ties keep the first found, so equal measurements give the same plan
+// on every rank.
 class BudgetPolicy final : public CheckpointPolicy {
  public:
   explicit BudgetPolicy(const CheckpointPolicyOptions& options) : budget_mib_(options.budget_mib) {
@@ -133,35 +187,70 @@ class BudgetPolicy final : public CheckpointPolicy {
   std::string name() const override { return "budget"; }
   CheckpointPlan plan(const std::vector<SegmentInfo>& segments) const override {
     const auto budget = static_cast<int64_t>(budget_mib_ * kBytesPerMiB);
-    int64_t stored = 0;
-    for (const SegmentInfo& s : segments) stored += stored_if_kept(s);
-
-    std::vector<size_t> order(segments.size());
-    std::iota(order.begin(), order.end(), 0);
-    auto saving = [&](size_t i) {
-      return stored_if_kept(segments[i]) - stored_if_checkpointed(segments[i]);
-    };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return saving(a) > saving(b); });
-
-    std::vector<bool> cp(segments.size(), false);
-    for (size_t k = 0; k < order.size() && stored > budget; ++k) {
-      if (saving(order[k]) <= 0) break;  // the rest cannot help
-      cp[order[k]] = true;
-      stored -= saving(order[k]);
-    }
-    if (stored <= budget) return finish_plan(name(), segments, std::move(cp), budget);
-
-    // Even checkpointing every segment leaves the outputs stored above the budget: do the most
-    // we can, checkpoint everything, and say so in the plan (the trainer logs it; no throw).
-    int64_t floor = 0;
-    for (const SegmentInfo& s : segments) floor += stored_if_checkpointed(s);
-    return finish_plan(name(), segments, std::vector<bool>(segments.size(), true), budget,
-                       "budget cannot be met: even with every segment checkpointed " +
-                           format_bytes(floor) + " stay stored; checkpointing all segments");
+    std::vector<bool> best = search(segments, budget);
+    if (!best.empty() || segments.empty())
+      return finish_plan(name(), segments, std::move(best), budget);
+    best = search(segments, -1);  // the lowest peak
+    return finish_plan(name(), segments, best, budget,
+                       "budget cannot be met: the lowest peak any plan reaches is " +
+                           format_bytes(cost_of(segments, best).peak) + "; using that plan");
   }
 
  private:
+  struct Partial {
+    int64_t stored = 0, transient = 0;
+    double seconds = 0;
+    size_t count = 0;
+    std::vector<bool> checkpointed;
+  };
+  static bool no_worse(const Partial& a, const Partial& b) {
+    return a.stored <= b.stored && a.transient <= b.transient && a.seconds <= b.seconds &&
+           a.count <= b.count;
+  }
+
+  // The cheapest plan whose peak fits `budget` (empty when none does), or with budget < 0 the
+  // plan of lowest peak, then cheapest.
+  static std::vector<bool> search(const std::vector<SegmentInfo>& segments, int64_t budget) {
+    std::vector<Partial> front{Partial{}};
+    for (const SegmentInfo& s : segments) {
+      std::vector<Partial> next;
+      for (const Partial& p : front) {
+        Partial keep = p;
+        keep.stored += stored_if_kept(s);
+        keep.checkpointed.push_back(false);
+        Partial cp = p;
+        cp.transient = std::max(p.transient, p.stored + stored_if_kept(s));
+        cp.stored += stored_if_checkpointed(s);
+        cp.seconds += std::max(s.recompute_seconds, 0.0);
+        ++cp.count;
+        cp.checkpointed.push_back(true);
+        for (Partial* q : {&keep, &cp})
+          if (budget < 0 || (q->stored <= budget && q->transient <= budget))
+            next.push_back(std::move(*q));
+      }
+      front.clear();
+      for (size_t i = 0; i < next.size(); ++i) {
+        bool dropped = false;
+        for (size_t j = 0; j < next.size() && !dropped; ++j)
+          if (j != i && no_worse(next[j], next[i]) && (j < i || !no_worse(next[i], next[j])))
+            dropped = true;
+        if (!dropped) front.push_back(std::move(next[i]));
+      }
+      if (front.empty()) return {};
+    }
+    const auto peak = [](const Partial& p) { return std::max(p.stored, p.transient); };
+    const auto better = [&](const Partial& a, const Partial& b) {
+      if (budget < 0 && peak(a) != peak(b)) return peak(a) < peak(b);
+      if (a.seconds != b.seconds) return a.seconds < b.seconds;
+      if (a.count != b.count) return a.count < b.count;
+      return peak(a) < peak(b);
+    };
+    const Partial* best = &front[0];
+    for (const Partial& p : front)
+      if (better(p, *best)) best = &p;
+    return best->checkpointed;
+  }
+
   double budget_mib_;
 };
 
@@ -207,6 +296,16 @@ SegmentMeasurement measure_segment(const SegmentFn& fn, const std::vector<torch:
       m.output_bytes += static_cast<int64_t>(t.storage().nbytes());
   }
   m.output_bytes = std::min(m.output_bytes, m.activation_bytes);
+
+  // The time of a second forward, as a recompute runs it: the first one paid for first touches
+  // (fresh pages, one-time setup) that a training step does not.
+  outputs.clear();
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  const auto start_time = std::chrono::steady_clock::now();
+  outputs = fn(inputs);
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  m.forward_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   return m;
 }
 

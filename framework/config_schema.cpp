@@ -155,10 +155,10 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("`segments` policy: comma-separated names of the model segments to recompute."),
       key("checkpoint", "every", [](auto& c) -> auto& { return c.checkpoint.every; })
           .defaults_to(0).at_least(0)
-          .doc("`segments` policy: recompute every N-th segment (0 = off)."),
+          .doc("`segments` policy: recompute every N-th segment (0 = off; 1 = all but the last, whose recompute would come first in backward and lower the peak by nothing; name it in `segments` to force it)."),
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
           .defaults_to(0.0).at_least(0)
-          .doc("`budget` policy: activation memory per rank, MiB; the fewest segments that fit are recomputed (`point-diffusion`: the fewest transformer blocks; `gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
+          .doc("`budget` policy: activation memory per rank, MiB, the recomputes' transient included; the segments whose recompute costs least and whose predicted peak fits are recomputed (`point-diffusion`: the fewest transformer blocks; `gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
       key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
           .defaults_to(1000).range(0, kMaxSteps)
           .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),

@@ -41,12 +41,22 @@ void PhaseTimer::lap(const std::string& phase) {
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - mark_).count();
   mark_ = now;
-  for (auto& [name, total] : times_)
+  add_phase(times_, phase, seconds);
+}
+
+void PhaseTimer::charge_nested(const std::string& phase, double seconds) {
+  add_phase(times_, phase, seconds);
+  mark_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds));
+}
+
+void add_phase(PhaseTimes& times, const std::string& phase, double seconds) {
+  for (auto& [name, total] : times)
     if (name == phase) {
       total += seconds;
       return;
     }
-  times_.emplace_back(phase, seconds);
+  times.emplace_back(phase, seconds);
 }
 
 void PhaseTimer::skip() {

@@ -32,6 +32,10 @@ class PhaseTimer {
   // Starts the next phase without charging the time since the last boundary to any (work that
   // another timer charges, such as the run's skip check between forward_backward and apply_step).
   void skip();
+  // Charges `seconds` of work that ran inside the current phase to `phase` instead (the
+  // recompute of a checkpointed segment inside "backward"): the current phase is not charged
+  // them when its boundary comes.
+  void charge_nested(const std::string& phase, double seconds);
   // The totals of the step so far, in the order the phases first came.
   const PhaseTimes& times() const { return times_; }
 
@@ -41,6 +45,9 @@ class PhaseTimer {
   std::chrono::steady_clock::time_point mark_ = std::chrono::steady_clock::now();
   PhaseTimes times_;
 };
+
+// Adds `seconds` to `phase` in `times`, appending the phase when it is not there yet.
+void add_phase(PhaseTimes& times, const std::string& phase, double seconds);
 
 // An identity on x (no copy) whose backward charges `phase` on `timer`: placed where a forward
 // value is made, it marks the point where the backward pass has finished with everything that

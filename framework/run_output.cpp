@@ -70,12 +70,7 @@ TrainSummary TrainingRun::run() {
   LearningCheck learning(options_.not_learning_steps, family_.not_learning_causes());
   for (int64_t step = first; step < until; ++step) {
     last = train_step(step);
-    for (const auto& [phase, seconds] : last.phases) {
-      auto it = std::find_if(window_phases.begin(), window_phases.end(),
-                             [&](const auto& p) { return p.first == phase; });
-      if (it == window_phases.end()) window_phases.emplace_back(phase, seconds);
-      else it->second += seconds;
-    }
+    for (const auto& [phase, seconds] : last.phases) add_phase(window_phases, phase, seconds);
     ++window_steps;
     window_work += last.work;
     run_work += last.work;

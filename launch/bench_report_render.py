@@ -170,19 +170,25 @@ def section_nerf(raw, cmds, plots, doc_dir, meta):
     out += ["", "### Activation checkpointing policies",
             "",
             "One forward + backward of a fixed `nerf-mlp` batch on one rank with each policy: `none`, "
-            "`segments` (every segment checkpointed) and `budget` (the planner's choice for half of the "
-            "measured activation bytes). Peak = bytes allocated above the step's start (the counting CPU "
-            "allocator; the caching allocator on CUDA). Ratios against `none` in the same run.",
+            "`segments` (`every = 1`: every segment but the last), `all` (every segment, the last "
+            "included) and `budget` (the planner's choice for a budget midway between the predicted "
+            "peaks of `segments` and `none`), interleaved step by step. Peak = bytes allocated above the "
+            "step's start (the counting CPU allocator; the caching allocator on CUDA). Recompute = the "
+            "checkpoints' second forwards inside backward, as a share of the step. Ratios against "
+            "`none` in the same run (time: the median of the ratios within a round).",
             ""]
     if ckpt:
         base = next((r for r in ckpt if r["policy"] == "none"), None)
         rows = []
         for r in ckpt:
+            share = r.get("recompute_share")
             rows.append([r["policy"], r["checkpointed"], r["rays"], fmt(r["peak_bytes"] / MIB),
                          ratio(r["peak_bytes"], base and base["peak_bytes"]), fmt(r["step_s"]),
-                         ratio(r["step_s"], base and base["step_s"])])
+                         f'{r["vs_none"]:.2f}×' if "vs_none" in r
+                         else ratio(r["step_s"], base and base["step_s"]),
+                         "–" if share is None else f"{100 * share:.0f}%"])
         out.append(table(["policy", "segments checkpointed", "rays", "peak (MiB)", "memory vs none",
-                          "step (s)", "time vs none"], rows))
+                          "step (s)", "time vs none", "recompute share"], rows))
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for r in ckpt:
             ax.scatter(r["step_s"], r["peak_bytes"] / MIB, s=40)
@@ -209,7 +215,9 @@ def section_nerf(raw, cmds, plots, doc_dir, meta):
     if acc:
         base = next((r for r in acc if r["k"] == 1), None)
         rows = [[r["k"], r["rays"], fmt(r["peak_bytes"] / MIB), ratio(r["peak_bytes"], base and base["peak_bytes"]),
-                 fmt(r["step_s"]), ratio(r["step_s"], base and base["step_s"])] for r in acc]
+                 fmt(r["step_s"]),
+                 f'{r["vs_k1"]:.2f}×' if "vs_k1" in r else ratio(r["step_s"], base and base["step_s"])]
+                for r in acc]
         out.append(table(["K", "rays", "peak (MiB)", "memory vs K=1", "step (s)", "time vs K=1"], rows))
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ks = [r["k"] for r in acc]

@@ -249,6 +249,44 @@ TEST_F(BenchCliTest, NerfJsonLinesCarryThePrecision) {
   EXPECT_GT(j.at("rays_per_s").get<double>(), 0.0) << lines[0];
 }
 
+// The checkpoint case: one line per policy with the step split into forward, backward and the
+// checkpoints' recomputes, which only the policies that checkpoint have.
+TEST_F(BenchCliTest, NerfCheckpointReportsTheRecomputeShare) {
+  const CommandResult r =
+      tessera(0, {"bench", "nerf", "--cases", "checkpoint", "--size", "16", "--views", "4",
+                  "--rays", "128", "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::map<std::string, nlohmann::json> by_policy;
+  for (const std::string& line : lines_of(r.out)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    by_policy[j.at("policy").get<std::string>()] = j;
+  }
+  ASSERT_EQ(by_policy.size(), 4u) << describe(r);
+  for (const auto& [policy, j] : by_policy) {
+    const double step = j.at("step_s").get<double>();
+    const double parts = j.at("forward_s").get<double>() + j.at("backward_s").get<double>() +
+                         j.at("recompute_s").get<double>();
+    EXPECT_GT(j.at("forward_s").get<double>(), 0.0) << policy;
+    EXPECT_GT(j.at("backward_s").get<double>(), 0.0) << policy;
+    EXPECT_LE(parts, step * 1.01) << policy;
+    EXPECT_GE(parts, step * 0.5) << policy;
+    EXPECT_NEAR(j.at("recompute_share").get<double>(), j.at("recompute_s").get<double>() / step,
+                1e-3) << policy;
+    EXPECT_GT(j.at("vs_none").get<double>(), 0.0) << policy;
+  }
+  EXPECT_EQ(by_policy.at("none").at("recompute_s").get<double>(), 0.0);
+  EXPECT_EQ(by_policy.at("none").at("vs_none").get<double>(), 1.0);
+  EXPECT_GT(by_policy.at("segments").at("recompute_s").get<double>(), 0.0);
+  EXPECT_LT(by_policy.at("segments").at("recompute_share").get<double>(), 1.0);
+  EXPECT_LT(by_policy.at("segments").at("peak_bytes").get<int64_t>(),
+            by_policy.at("none").at("peak_bytes").get<int64_t>());
+  // nerf-mlp's 3 trunk segments and its heads: every = 1 leaves the heads (the last) kept.
+  EXPECT_EQ(by_policy.at("all").at("checkpointed").get<int>(), 4);
+  EXPECT_EQ(by_policy.at("segments").at("checkpointed").get<int>(), 3);
+  EXPECT_LE(by_policy.at("budget").at("checkpointed").get<int>(), 3);
+  EXPECT_TRUE(contains(r.err, "while recomputed")) << "the budget plan on stderr\n" << describe(r);
+}
+
 TEST_F(BenchCliTest, NerfFp16OnCpuExits2) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible: fp16 would run";
   const CommandResult r = tessera(2, {"bench", "nerf", "--precision", "fp16"});

@@ -5,16 +5,21 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "distributed/errors.h"
 #include "framework/checkpoint.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/memory.h"
+#include "framework/phase_timer.h"
 
 namespace {
 
@@ -329,6 +334,36 @@ TEST(Memory, MeasureSegmentSeesActivationsAndOutputs) {
   EXPECT_GE(m.peak_bytes, m.activation_bytes);
 }
 
+// A timer in CheckpointOptions is charged the recompute as "recompute", and the phase around it
+// ("backward") is not.
+TEST(Checkpoint, RecomputeIsChargedToItsOwnPhase) {
+  constexpr double kSleep = 0.1;
+  const SegmentFn slow = [&](const std::vector<torch::Tensor>& in) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kSleep));
+    return std::vector<torch::Tensor>{in[0] * 2};
+  };
+  tessera::PhaseTimer timer;
+  tessera::CheckpointOptions options;
+  options.phases = &timer;
+  torch::Tensor x = torch::ones({4}, torch::requires_grad());
+  timer.start();
+  const torch::Tensor y = tessera::checkpoint(slow, {x}, options)[0];
+  timer.lap("forward");
+  y.sum().backward();
+  timer.lap("backward");
+  double forward = -1, backward = -1, recompute = -1;
+  for (const auto& [phase, seconds] : timer.times()) {
+    if (phase == "forward") forward = seconds;
+    if (phase == "backward") backward = seconds;
+    if (phase == "recompute") recompute = seconds;
+  }
+  EXPECT_GE(forward, kSleep);
+  EXPECT_GE(recompute, kSleep);
+  EXPECT_GE(backward, 0.0);
+  EXPECT_LT(backward, kSleep) << "the recompute was charged to backward too";
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({4}, 2.0f)));
+}
+
 // ---- policies ----------------------------------------------------------------------------------
 
 std::vector<SegmentInfo> synthetic_segments() {
@@ -366,9 +401,13 @@ TEST(CheckpointPolicy, SegmentsByNameAndEveryNth) {
   EXPECT_EQ(tessera::make_checkpoint_policy("segments", by_name)->plan(segments).checkpointed,
             (std::vector<bool>{true, false, false, true}));
   CheckpointPolicyOptions every2;
-  every2.every = 2;
+  every2.every = 2;  // the 2nd; the 4th is the last, which `every` leaves kept
   EXPECT_EQ(tessera::make_checkpoint_policy("segments", every2)->plan(segments).checkpointed,
-            (std::vector<bool>{false, true, false, true}));
+            (std::vector<bool>{false, true, false, false}));
+  CheckpointPolicyOptions every1;
+  every1.every = 1;
+  EXPECT_EQ(tessera::make_checkpoint_policy("segments", every1)->plan(segments).checkpointed,
+            (std::vector<bool>{true, true, true, false}));
   CheckpointPolicyOptions both = by_name;
   both.every = 3;
   auto plan = tessera::make_checkpoint_policy("segments", both)->plan(segments);
@@ -387,65 +426,144 @@ TEST(CheckpointPolicy, SegmentsByNameAndEveryNth) {
   EXPECT_THROW(tessera::make_checkpoint_policy("segments", {}), tessera::UserError);
 }
 
-TEST(CheckpointPolicy, BudgetPicksFewestLargestFirst) {
+TEST(CheckpointPolicy, BudgetCountsTheRecomputeTransient) {
   auto segments = synthetic_segments();  // kept total 80 MiB
   auto loose = budget_policy(100)->plan(segments);
   EXPECT_EQ(loose.num_checkpointed(), 0u);
+  EXPECT_EQ(loose.peak_bytes, 80 * kMiB);
   EXPECT_TRUE(loose.fits);
 
-  auto one = budget_policy(50)->plan(segments);  // needs 30 MiB less: trunk0 (saves 39)
+  // trunk0 alone: 41 MiB stored at the end of forward, 10 + 40 while trunk0 is recomputed.
+  auto one = budget_policy(50)->plan(segments);
   EXPECT_EQ(one.checkpointed, (std::vector<bool>{false, true, false, false}));
   EXPECT_EQ(one.stored_bytes, 41 * kMiB);
+  EXPECT_EQ(one.peak_bytes, 50 * kMiB);
   EXPECT_TRUE(one.fits);
 
-  auto two = budget_policy(20)->plan(segments);  // needs 60 less: trunk0 + trunk1 (63)
-  EXPECT_EQ(two.checkpointed, (std::vector<bool>{false, true, true, false}));
-  EXPECT_LE(two.stored_bytes, 20 * kMiB);
+  // At 45 MiB trunk0 alone stores 41 but peaks at 50 while recomputed: the encoder must be
+  // checkpointed too, so that only its output (1 MiB) is held under trunk0's recompute.
+  auto two = budget_policy(45)->plan(segments);
+  EXPECT_EQ(two.checkpointed, (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(two.stored_bytes, 32 * kMiB);
+  EXPECT_EQ(two.peak_bytes, 41 * kMiB);
   EXPECT_TRUE(two.fits);
   expect_plan_names_every_segment(two, segments);
   std::cout << two.text;
 }
 
-TEST(CheckpointPolicy, BudgetIsMinimalAgainstBruteForce) {
+TEST(CheckpointPolicy, BudgetPrefersTheCheaperRecompute) {
+  auto segments = synthetic_segments();
+  const std::vector<double> seconds = {0.01, 1.0, 0.5, 0.1};
+  for (size_t i = 0; i < segments.size(); ++i) segments[i].recompute_seconds = seconds[i];
+  // At 70 MiB trunk0 alone fits (peak 50) but costs 1 s; the encoder and trunk1 fit too
+  // (47 MiB stored, 41 + 25 while trunk1 is recomputed) for 0.51 s.
+  auto plan = budget_policy(70)->plan(segments);
+  EXPECT_EQ(plan.checkpointed, (std::vector<bool>{true, false, true, false})) << plan.text;
+  EXPECT_DOUBLE_EQ(plan.recompute_seconds, 0.51);
+  EXPECT_EQ(plan.peak_bytes, 66 * kMiB);
+  EXPECT_NE(plan.text.find("510.0 ms"), std::string::npos) << plan.text;
+  // Without times the fewest segments win.
+  for (auto& s : segments) s.recompute_seconds = 0;
+  EXPECT_EQ(budget_policy(70)->plan(segments).checkpointed,
+            (std::vector<bool>{false, true, false, false}));
+}
+
+// The model of checkpoint_policy.h, written out again: (stored at the end of forward, peak).
+std::pair<int64_t, int64_t> brute_force_memory(const std::vector<SegmentInfo>& segments,
+                                               uint32_t mask) {
+  int64_t stored = 0, peak = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const int64_t kept = segments[i].activation_bytes;
+    if (mask >> i & 1) {
+      peak = std::max(peak, stored + kept);
+      stored += std::min(segments[i].boundary_bytes, kept);
+    } else {
+      stored += kept;
+    }
+  }
+  return {stored, std::max(peak, stored)};
+}
+
+TEST(CheckpointPolicy, BudgetIsOptimalAgainstBruteForce) {
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int64_t> act(0, 64), bound(0, 8), budget(1, 200);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int n = 1 + trial % 8;
+  std::uniform_int_distribution<int64_t> act(0, 64), bound(0, 8), budget(1, 200), quarter(0, 8);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + trial % 9;
+    const bool timed = trial % 2 == 1;
     std::vector<SegmentInfo> segments;
     for (int i = 0; i < n; ++i)
-      segments.push_back({"s" + std::to_string(i), act(rng) * kMiB, bound(rng) * kMiB});
-    const int64_t b = budget(rng);
-    // Fewest checkpointed segments that fit, by enumerating every subset.
-    int best = -1;
-    for (int mask = 0; mask < (1 << n); ++mask) {
-      int64_t stored = 0;
+      segments.push_back({"s" + std::to_string(i), act(rng) * kMiB, bound(rng) * kMiB,
+                          timed ? 0.25 * static_cast<double>(quarter(rng)) : 0.0});
+    const int64_t b = budget(rng) * kMiB;
+    // Every subset: the cheapest (seconds, then count, then peak) that fits, and the lowest peak.
+    bool any_fits = false;
+    double best_seconds = 0;
+    int best_count = 0;
+    int64_t best_peak = 0, lowest_peak = -1;
+    for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+      const int64_t peak = brute_force_memory(segments, mask).second;
+      if (lowest_peak < 0 || peak < lowest_peak) lowest_peak = peak;
+      if (peak > b) continue;
+      double sec = 0;
       for (int i = 0; i < n; ++i)
-        stored += (mask >> i & 1)
-                      ? std::min(segments[i].boundary_bytes, segments[i].activation_bytes)
-                      : segments[i].activation_bytes;
+        if (mask >> i & 1) sec += segments[i].recompute_seconds;
       const int count = __builtin_popcount(mask);
-      if (stored <= b * kMiB && (best < 0 || count < best)) best = count;
+      if (!any_fits || std::tie(sec, count, peak) < std::tie(best_seconds, best_count, best_peak)) {
+        any_fits = true;
+        best_seconds = sec;
+        best_count = count;
+        best_peak = peak;
+      }
     }
-    auto plan = budget_policy(static_cast<double>(b))->plan(segments);
-    if (best < 0) {
-      EXPECT_FALSE(plan.fits);
-      EXPECT_EQ(plan.num_checkpointed(), static_cast<size_t>(n));
+    const auto plan = budget_policy(static_cast<double>(b) / kMiB)->plan(segments);
+    uint32_t mask = 0;
+    for (int i = 0; i < n; ++i) mask |= plan.checkpointed[i] ? 1u << i : 0u;
+    const auto [stored, peak] = brute_force_memory(segments, mask);
+    EXPECT_EQ(plan.stored_bytes, stored) << plan.text;
+    EXPECT_EQ(plan.peak_bytes, peak) << plan.text;
+    EXPECT_EQ(plan.fits, any_fits) << plan.text;
+    if (any_fits) {
+      EXPECT_LE(plan.peak_bytes, b) << plan.text;
+      EXPECT_DOUBLE_EQ(plan.recompute_seconds, best_seconds) << plan.text;
+      EXPECT_EQ(plan.num_checkpointed(), static_cast<size_t>(best_count)) << plan.text;
+      EXPECT_EQ(plan.peak_bytes, best_peak) << plan.text;
     } else {
-      EXPECT_TRUE(plan.fits) << plan.text;
-      EXPECT_LE(plan.stored_bytes, b * kMiB);
-      EXPECT_EQ(plan.num_checkpointed(), static_cast<size_t>(best)) << plan.text;
+      EXPECT_EQ(plan.peak_bytes, lowest_peak) << plan.text;
     }
   }
 }
 
-TEST(CheckpointPolicy, ImpossibleBudgetCheckpointsAll) {
-  auto segments = synthetic_segments();  // 4 MiB of outputs stay stored whatever we do
-  auto plan = budget_policy(2)->plan(segments);
-  EXPECT_EQ(plan.checkpointed, std::vector<bool>(4, true));
+TEST(CheckpointPolicy, ImpossibleBudgetTakesTheLowestPeak) {
+  auto segments = synthetic_segments();  // trunk0 alone holds 40 MiB, stored or recomputed
+  auto plan = budget_policy(20)->plan(segments);
+  // Encoder and trunk0 checkpointed: 1 + 40 while trunk0 is recomputed, 32 stored at the end of
+  // forward. Checkpointing trunk1 or the head too would add recompute for no lower peak.
+  EXPECT_EQ(plan.checkpointed, (std::vector<bool>{true, true, false, false}));
   EXPECT_FALSE(plan.fits);
-  EXPECT_EQ(plan.stored_bytes, 4 * kMiB);
+  EXPECT_EQ(plan.peak_bytes, 41 * kMiB);
+  EXPECT_EQ(plan.stored_bytes, 32 * kMiB);
   EXPECT_NE(plan.text.find("cannot be met"), std::string::npos) << plan.text;
+  EXPECT_NE(plan.text.find("DOES NOT FIT"), std::string::npos) << plan.text;
   expect_plan_names_every_segment(plan, segments);
+}
+
+TEST(CheckpointPolicy, CheckpointingTheLastSegmentIsNoted) {
+  auto segments = synthetic_segments();
+  CheckpointPolicyOptions all;
+  all.segments = {"encoder", "trunk0", "trunk1", "head"};
+  const auto plan = tessera::make_checkpoint_policy("segments", all)->plan(segments);
+  // Every segment checkpointed: the peak is trunk0's recompute over the encoder's output, as
+  // without the head checkpointed (the head's recompute holds 3 + 5 MiB).
+  EXPECT_EQ(plan.peak_bytes, 40 * kMiB + 1 * kMiB);
+  all.segments.pop_back();
+  EXPECT_EQ(tessera::make_checkpoint_policy("segments", all)->plan(segments).peak_bytes,
+            plan.peak_bytes);
+  EXPECT_NE(plan.text.find("last segment ('head')"), std::string::npos) << plan.text;
+  CheckpointPolicyOptions first;
+  first.segments = {"encoder"};
+  EXPECT_EQ(tessera::make_checkpoint_policy("segments", first)->plan(segments).text.find(
+                "last segment"),
+            std::string::npos);
 }
 
 TEST(CheckpointPolicy, UnknownNameListsKnownOnes) {

@@ -469,24 +469,30 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   const CommandResult r = mpi_tessera(
       2, {"train", demo_config_, "--set", "data.path=" + scene, "--set", "run.out_dir=" + out_dir,
           "--set", "train.steps=6", "--set", "nerf.rays_per_step=256", "--set",
-          "train.log_every=3", "--set", "eval.max_views=1", "--verbose"});
+          "train.log_every=3", "--set", "eval.max_views=1", "--set", "checkpoint.policy=segments",
+          "--set", "checkpoint.every=1", "--verbose"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "step 6/6 loss ")) << "progress line:\n" << describe(r);
-  // --verbose: the line ends with the seconds per phase, the ray family's then the run's.
+  // --verbose: the line ends with the seconds per phase, the ray family's then the run's;
+  // density_mlp is checkpointed (every = 1 leaves the last segment, color_mlp, kept), so its
+  // recompute has a phase of its own.
   EXPECT_TRUE(contains(r.err, " | sample ")) << describe(r);
   for (const char* phase : {" march ", " encode ", " mlp ", " composite ", " backward ",
-                            " gradient_sync ", " optimizer ", " skip_check "})
+                            " recompute ", " gradient_sync ", " optimizer ", " skip_check "})
     EXPECT_TRUE(contains(r.err, phase)) << phase << " missing\n" << describe(r);
   EXPECT_TRUE(contains(r.err, "eval psnr")) << describe(r);
   const std::vector<std::string> records = lines_of(read_file(out_dir + "/metrics.jsonl"));
   ASSERT_GE(records.size(), 2u) << "metrics.jsonl";
   for (const std::string& key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"sampling_rate\":",
                                  "\"rays_per_s\":", "\"peak_mem_bytes\":", "\"psnr\":",
-                                 "\"phase_s\":{", "\"sample\":", "\"skip_check\":"})
+                                 "\"phase_s\":{", "\"sample\":", "\"recompute\":",
+                                 "\"skip_check\":"})
     EXPECT_TRUE(contains(records[0], key)) << key << " missing in " << records[0];
   EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-0.log"));
   EXPECT_TRUE(fs::exists(out_dir + "/logs/rank-1.log"));
   EXPECT_TRUE(contains(read_file(out_dir + "/logs/rank-1.log"), "[rank 1]"));
+  EXPECT_TRUE(contains(read_file(out_dir + "/logs/rank-0.log"), "1 of 2 segments recomputed"))
+      << read_file(out_dir + "/logs/rank-0.log");
   size_t renders = 0;
   for (const auto& entry : fs::directory_iterator(out_dir + "/renders"))
     renders += entry.path().extension() == ".png" ? 1 : 0;

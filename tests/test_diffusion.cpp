@@ -232,7 +232,7 @@ TEST_F(DiffusionTest, AttentionRecomputationReplaysAutocast) {
 
 // The policies store what they promise, measured on a dry forward of a micro-batch: recomputing
 // blocks keeps only their inputs; a budget between keeps one block; a budget below every plan
-// recomputes every block; a generous one none.
+// recomputes the blocks of the lowest peak; a generous one none.
 TEST_F(DiffusionTest, CheckpointPoliciesStoreLessActivationMemory) {
   auto family_with = [&](const std::vector<std::string>& sets) {
     const Config c = config(sets);
@@ -259,9 +259,11 @@ TEST_F(DiffusionTest, CheckpointPoliciesStoreLessActivationMemory) {
   const int64_t budget = mid->measure_activation_bytes("fp32");
   EXPECT_LT(budget, kept);
   EXPECT_GT(budget, blocks);
+  // No plan fits: the lowest peak is recomputing block 0 (recomputing block 1 as well would
+  // hold the same while it is recomputed, first in backward, and cost its forward again).
   EXPECT_EQ(family_with({"diffusion.tokens=64", "checkpoint.policy=budget",
                          "checkpoint.budget_mib=0.0001"})->recompute().blocks,
-            (std::vector<bool>{true, true}));
+            (std::vector<bool>{true, false}));
   EXPECT_EQ(family_with({"diffusion.tokens=64", "checkpoint.policy=budget",
                          "checkpoint.budget_mib=10000"})->recompute().blocks,
             (std::vector<bool>{false, false}));

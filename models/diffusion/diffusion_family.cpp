@@ -127,8 +127,9 @@ void DiffusionFamily::plan_recompute(const Config& config) {
       recompute_.blocks = plan.checkpointed;
       checkpoint_plan_ = plan.text;
       if (!plan.fits)
-        spdlog::warn("activation checkpointing: checkpoint.budget_mib = {} cannot be met even "
-                     "recomputing every block (see the plan)", config.checkpoint.budget_mib);
+        spdlog::warn("activation checkpointing: checkpoint.budget_mib = {} cannot be met by any "
+                     "choice of blocks; recomputing those of the lowest peak (see the plan)",
+                     config.checkpoint.budget_mib);
       break;
     }
   }
@@ -227,7 +228,9 @@ StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
     torch::Tensor per_sample;
     {
       AutocastScope autocast(control.precision, device_);
-      const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute_);
+      Recompute recompute = recompute_;
+      recompute.phases = &phases_;  // recomputes charged as "recompute", not "backward"
+      const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute);
       per_sample = (predicted.to(torch::kFloat32) - noise).pow(2).mean({1, 2});
     }
     // The global loss is the mean over the batch: each rank's share is its sum / batch, and the

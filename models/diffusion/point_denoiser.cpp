@@ -168,7 +168,8 @@ int64_t PointDenoiser::parameter_count() const {
 }
 
 torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool training,
-                                   bool attention_recompute) const {
+                                   bool attention_recompute,
+                                   const CheckpointOptions& checkpointing) const {
   const std::string b = "block" + std::to_string(k) + ".";
   const int64_t w = options_.width, heads = options_.heads;
   const double p = training ? options_.dropout : 0.0;
@@ -191,7 +192,7 @@ torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool train
     return {at::scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2], {}, p)};
   };
   const torch::Tensor attended =
-      attention_recompute ? checkpoint(attention, {h})[0] : attention({h})[0];
+      attention_recompute ? checkpoint(attention, {h}, checkpointing)[0] : attention({h})[0];
   return residual_tail(k, h, attended.transpose(1, 2).reshape({batch, tokens, w}), training);
 }
 
@@ -220,8 +221,8 @@ torch::Tensor PointDenoiser::residual_tail(int64_t k, const torch::Tensor& h,
   return x + torch::dropout(mlp, p, training);
 }
 
-torch::Tensor PointDenoiser::recomputed_block(int64_t k, const torch::Tensor& h,
-                                             bool training) const {
+torch::Tensor PointDenoiser::recomputed_block(int64_t k, const torch::Tensor& h, bool training,
+                                             const CheckpointOptions& checkpointing) const {
   if (keeps_attention_output(h, training)) {
     // The block keeps its input and the attention core's output (one more width per token) and
     // recomputes the rest, so that the core, the most expensive part at many tokens, never runs
@@ -230,13 +231,13 @@ torch::Tensor PointDenoiser::recomputed_block(int64_t k, const torch::Tensor& h,
         [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
           return {residual_tail(k, in[0], in[1], training)};
         },
-        {h, kept_attention_output(k, h)})[0];
+        {h, kept_attention_output(k, h)}, checkpointing)[0];
   }
   return checkpoint(
       [this, k, training](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
         return {block(k, in[0], training, /*attention_recompute=*/false)};
       },
-      {h})[0];
+      {h}, checkpointing)[0];
 }
 
 torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, bool training,
@@ -248,9 +249,11 @@ torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor
       param("time2_b"));
   torch::Tensor h = torch::cat(
       {time_token.unsqueeze(1), torch::linear(x, param("input_w"), param("input_b"))}, 1);
+  CheckpointOptions checkpointing;
+  checkpointing.phases = recompute.phases;
   for (int64_t k = 0; k < options_.depth; ++k) {
-    h = recompute.block(k) ? recomputed_block(k, h, training)
-                           : block(k, h, training, recompute.attention);
+    h = recompute.block(k) ? recomputed_block(k, h, training, checkpointing)
+                           : block(k, h, training, recompute.attention, checkpointing);
   }
   const torch::Tensor out = torch::layer_norm(h.narrow(1, 1, h.size(1) - 1), {w},
                                               param("final_norm_w"), param("final_norm_b"));
@@ -275,7 +278,9 @@ SegmentInfo measure_block(const PointDenoiser& model, int64_t shapes, int64_t to
         return {model.recomputed_block(0, in[0], /*training=*/true)};
       },
       {h}, device);
-  return {"block", kept.activation_bytes, recomputed.activation_bytes};
+  // A recompute runs the block's forward again (or less of it, where the attention output is
+  // kept): the kept block's forward time bounds its cost.
+  return {"block", kept.activation_bytes, recomputed.activation_bytes, kept.forward_seconds};
 }
 
 CheckpointPlan plan_block_budget(const SegmentInfo& block, int64_t depth, double budget_mib) {

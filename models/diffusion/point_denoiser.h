@@ -32,6 +32,7 @@ struct Recompute {
                              // (missing entries: keep)
   bool attention = false;    // recompute the attention sublayer's inputs (norm, QKV) of the
                              // blocks kept
+  PhaseTimer* phases = nullptr;  // charged the recomputes as "recompute" (CheckpointOptions)
   bool block(int64_t k) const { return k < static_cast<int64_t>(blocks.size()) && blocks[k]; }
 };
 
@@ -54,11 +55,12 @@ class PointDenoiser {
                         const Recompute& recompute = {}) const;
   // Block k checkpointed for the blocks and budget policies: its input (and, where
   // keeps_attention_output, the attention core's output) kept, the rest recomputed in backward.
-  torch::Tensor recomputed_block(int64_t k, const torch::Tensor& h, bool training) const;
+  torch::Tensor recomputed_block(int64_t k, const torch::Tensor& h, bool training,
+                                 const CheckpointOptions& checkpointing = {}) const;
   // One transformer block on the hidden state h [B, 1 + N, width] (the forward's k-th), with
   // the attention sublayer up to its output projection recomputed when `attention_recompute`.
   torch::Tensor block(int64_t k, const torch::Tensor& h, bool training,
-                      bool attention_recompute) const;
+                      bool attention_recompute, const CheckpointOptions& checkpointing = {}) const;
 
   // Every parameter with a stable name ("block3.qkv_w"), in an order every rank shares.
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const {

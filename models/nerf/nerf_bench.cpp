@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "framework/log.h"
 #include "framework/memory.h"
 #include "framework/model.h"
+#include "framework/phase_timer.h"
 #include "framework/ray_sampler.h"
 #include "framework/trainer.h"
 #include "framework/bench_util.h"
@@ -85,51 +87,103 @@ RayBatch slice(const RayBatch& batch, int64_t begin, int64_t end) {
 
 struct StepMeasurement {
   double seconds = 0;    // median over repeats, slowest rank
+  double vs_first = 1;   // median over rounds of seconds / the first case's seconds that round
   int64_t peak = 0;      // peak bytes above the step's start, max over repeats and ranks
+  PhaseTimes phases;     // rank 0's medians: forward, backward and (when checkpointing) recompute
 };
 
-// One forward + backward of `batch` in `k` micro-batches (the Trainer's loss and split), with
-// gradients set to none first so that every step allocates the same; peak relative to the start.
-StepMeasurement measure_steps(MPI_Comm comm, Model& model, const RayBatch& batch, int64_t k,
-                              int repeats, torch::Device device, const std::string& precision) {
+// One case of the fixed-batch measurements: what to set on the model first, and in how many
+// micro-batches to split the batch.
+struct FixedCase {
+  std::function<void()> apply;
+  int64_t k = 1;
+};
+
+// Forward + backward of `batch` in `k` micro-batches (the Trainer's loss and split), with
+// gradients set to none first so that every step allocates the same. Peak relative to the start.
+// The phases: "forward" (render and loss), "backward", and "recompute" (the checkpoints'
+// recomputes, not charged to "backward").
+struct OneStep {
+  double seconds = 0;
+  double peak = 0;
+  PhaseTimes phases;
+};
+OneStep run_fixed_step(MPI_Comm comm, Model& model, const std::vector<torch::Tensor>& params,
+                       const RayBatch& batch, int64_t k, torch::Device device,
+                       const std::string& precision) {
+  const int64_t rays = batch.ray_ids.size(0);
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  bench::sync(device);
+  MPI_CHECK(MPI_Barrier(comm));
+  const int64_t start_bytes = memory_stats(device).current_bytes;
+  reset_peak(device);
+  PhaseTimer timer(device);
+  timer.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < k; ++i) {
+    const RayBatch micro = slice(batch, rays * i / k, rays * (i + 1) / k);
+    StepContext ctx;
+    ctx.step = 0;
+    ctx.training = true;
+    ctx.phases = &timer;
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(precision, device);
+      const RenderResult out = model.render(micro, ctx);
+      loss = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum() / (3.0 * rays);
+    }
+    timer.lap("forward");
+    loss.backward();
+    timer.lap("backward");
+  }
+  bench::sync(device);
+  OneStep step;
+  step.seconds = bench::max_over_ranks(
+      comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  step.peak = bench::max_over_ranks(
+      comm, static_cast<double>(memory_stats(device).peak_bytes - start_bytes));
+  // The model's own laps (march, encode, mlp, composite) are parts of "forward" here.
+  for (const auto& [phase, seconds] : timer.times())
+    add_phase(step.phases, phase == "recompute" || phase == "backward" ? phase : "forward",
+              seconds);
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  return step;
+}
+
+// Measures the cases in rounds, one step of each case per round, so that a slow spell of the
+// machine falls on every case alike; the first round is a warm-up. Each case's ratio to the first
+// case is the median of the ratios within a round, which the machine's drift cancels out of.
+std::vector<StepMeasurement> measure_fixed(MPI_Comm comm, Model& model, const RayBatch& batch,
+                                           const std::vector<FixedCase>& cases, int repeats,
+                                           torch::Device device, const std::string& precision) {
   std::vector<torch::Tensor> params;
   for (auto& group : model.parameter_groups())
     for (auto& p : group.params) params.push_back(p);
-  const int64_t rays = batch.ray_ids.size(0);
-  StepMeasurement result;
-  std::vector<double> times;
-  for (int rep = 0; rep < repeats + 1; ++rep) {  // the first is a warm-up
-    for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    bench::sync(device);
-    MPI_CHECK(MPI_Barrier(comm));
-    const int64_t start_bytes = memory_stats(device).current_bytes;
-    reset_peak(device);
-    const auto start = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < k; ++i) {
-      const RayBatch micro = slice(batch, rays * i / k, rays * (i + 1) / k);
-      StepContext ctx;
-      ctx.step = 0;
-      ctx.training = true;
-      torch::Tensor loss;
-      {
-        AutocastScope autocast(precision, device);
-        const RenderResult out = model.render(micro, ctx);
-        loss = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum() / (3.0 * rays);
-      }
-      loss.backward();
+  std::vector<std::vector<double>> times(cases.size()), ratios(cases.size());
+  std::vector<std::vector<PhaseTimes>> phases(cases.size());
+  std::vector<StepMeasurement> result(cases.size());
+  for (int round = 0; round < repeats + 1; ++round)
+    for (size_t c = 0; c < cases.size(); ++c) {
+      cases[c].apply();
+      const OneStep step = run_fixed_step(comm, model, params, batch, cases[c].k, device, precision);
+      if (round == 0) continue;
+      times[c].push_back(step.seconds);
+      ratios[c].push_back(step.seconds / times[0].back());
+      phases[c].push_back(step.phases);
+      result[c].peak = std::max(result[c].peak, static_cast<int64_t>(step.peak));
     }
-    bench::sync(device);
-    const double seconds =
-        bench::max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    const double peak = bench::max_over_ranks(comm, static_cast<double>(memory_stats(device).peak_bytes - start_bytes));
-    if (rep > 0) {
-      times.push_back(seconds);
-      result.peak = std::max(result.peak, static_cast<int64_t>(peak));
-    }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    result[c].seconds = bench::median(times[c]);
+    result[c].vs_first = bench::median(ratios[c]);
+    result[c].phases = median_phases(phases[c]);
   }
-  for (auto& p : params) p.mutable_grad() = torch::Tensor();
-  result.seconds = bench::median(times);
   return result;
+}
+
+double phase_seconds(const PhaseTimes& phases, const std::string& name) {
+  for (const auto& [phase, seconds] : phases)
+    if (phase == name) return seconds;
+  return 0.0;
 }
 
 std::unique_ptr<Model> create_model(const std::string& name, const data::SceneReader& scene,
@@ -227,30 +281,52 @@ int run_nerf_bench(const NerfBenchOptions& options) {
     StepContext ctx;
     ctx.training = true;
     const auto infos = model->measure_segments(batch, ctx);
-    int64_t total = 0;
-    for (const auto& s : infos) total += s.activation_bytes;
+    auto chosen_by = [&infos](const CheckpointPlan& p) {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < infos.size(); ++i)
+        if (p.is_checkpointed(i)) names.push_back(infos[i].name);
+      return names;
+    };
+    CheckpointPolicyOptions every_segment;
+    every_segment.every = 1;
+    const CheckpointPlan segments_plan = make_checkpoint_policy("segments", every_segment)->plan(infos);
+    // The budget midway between the predicted peaks of "segments" and of keeping everything: a
+    // plan that trades some of the memory "segments" saves for less recompute.
+    const CheckpointPlan none_plan = make_checkpoint_policy("none")->plan(infos);
     CheckpointPolicyOptions budget_options;
-    budget_options.budget_mib = std::max(static_cast<double>(total) / 2.0, 1.0) / (1024.0 * 1024.0);
+    budget_options.budget_mib =
+        std::max(0.5 * static_cast<double>(segments_plan.peak_bytes + none_plan.peak_bytes), 1.0) /
+        (1024.0 * 1024.0);
     const CheckpointPlan plan = make_checkpoint_policy("budget", budget_options)->plan(infos);
     bench::progress(rank, "nerf", "measured segments of nerf-mlp on %lld rays (rank 0):\n%s",
              static_cast<long long>(options.rays), plan.text.c_str());
-    std::vector<std::string> budget_chosen;
-    for (size_t i = 0; i < infos.size(); ++i)
-      if (plan.is_checkpointed(i)) budget_chosen.push_back(infos[i].name);
+    // "segments" as a run configures it (every = 1: all but the last); "all" names every
+    // segment, the last included, to show what that last recompute costs.
     const std::vector<std::pair<std::string, std::vector<std::string>>> policies = {
-        {"none", {}}, {"segments", model->segment_names()}, {"budget", budget_chosen}};
-    for (const auto& [policy, chosen] : policies) {
-      bench::progress(rank, "nerf", "checkpoint %s: %zu segment(s), %d + 1 steps of %lld rays", policy.c_str(),
-               chosen.size(), options.repeats, static_cast<long long>(options.rays));
-      model->set_checkpointed_segments(chosen);
-      const StepMeasurement m =
-          measure_steps(world, *model, batch, 1, options.repeats, device, options.precision);
+        {"none", {}},
+        {"segments", chosen_by(segments_plan)},
+        {"all", model->segment_names()},
+        {"budget", chosen_by(plan)}};
+    bench::progress(rank, "nerf", "checkpoint none / segments (%zu) / all (%zu) / budget (%zu): %d + 1 rounds of %lld rays",
+                    policies[1].second.size(), policies[2].second.size(), policies[3].second.size(),
+                    options.repeats, static_cast<long long>(options.rays));
+    std::vector<FixedCase> fixed;
+    for (const auto& [policy, chosen] : policies)
+      fixed.push_back({[&model, chosen = chosen] { model->set_checkpointed_segments(chosen); }, 1});
+    const std::vector<StepMeasurement> ms =
+        measure_fixed(world, *model, batch, fixed, options.repeats, device, options.precision);
+    for (size_t c = 0; c < policies.size(); ++c) {
+      const StepMeasurement& m = ms[c];
+      const double recompute = phase_seconds(m.phases, "recompute");
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"checkpoint\",\"model\":\"mlp\",\"policy\":\"%s\","
                     "\"precision\":\"%s\",\"checkpointed\":%zu,\"rays\":%lld,\"peak_bytes\":%lld,"
-                    "\"step_s\":%.4f}\n",
-                    policy.c_str(), precision, chosen.size(), static_cast<long long>(options.rays),
-                    static_cast<long long>(m.peak), m.seconds);
+                    "\"step_s\":%.4f,\"vs_none\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,"
+                    "\"recompute_s\":%.4f,\"recompute_share\":%.4f}\n",
+                    policies[c].first.c_str(), precision, policies[c].second.size(),
+                    static_cast<long long>(options.rays), static_cast<long long>(m.peak), m.seconds,
+                    m.vs_first, phase_seconds(m.phases, "forward"), phase_seconds(m.phases, "backward"),
+                    recompute, m.seconds > 0 ? recompute / m.seconds : 0.0);
         std::fflush(stdout);
       }
     }
@@ -258,19 +334,21 @@ int run_nerf_bench(const NerfBenchOptions& options) {
   }
 
   if (has(cases, "accumulate")) {
-    for (int64_t k : {1, 2, 4, 8}) {
-      bench::progress(rank, "nerf", "accumulate k=%lld: %d + 1 steps of %lld rays", static_cast<long long>(k),
-               options.repeats, static_cast<long long>(options.rays));
-      const StepMeasurement m =
-          measure_steps(world, *model, batch, k, options.repeats, device, options.precision);
+    const std::vector<int64_t> ks = {1, 2, 4, 8};
+    bench::progress(rank, "nerf", "accumulate k = 1, 2, 4, 8: %d + 1 rounds of %lld rays",
+                    options.repeats, static_cast<long long>(options.rays));
+    std::vector<FixedCase> fixed;
+    for (int64_t k : ks) fixed.push_back({[] {}, k});
+    const std::vector<StepMeasurement> ms =
+        measure_fixed(world, *model, batch, fixed, options.repeats, device, options.precision);
+    for (size_t c = 0; c < ks.size(); ++c)
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"accumulate\",\"model\":\"mlp\",\"precision\":\"%s\","
-                    "\"k\":%lld,\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f}\n",
-                    precision, static_cast<long long>(k), static_cast<long long>(options.rays),
-                    static_cast<long long>(m.peak), m.seconds);
+                    "\"k\":%lld,\"rays\":%lld,\"peak_bytes\":%lld,\"step_s\":%.4f,\"vs_k1\":%.4f}\n",
+                    precision, static_cast<long long>(ks[c]), static_cast<long long>(options.rays),
+                    static_cast<long long>(ms[c].peak), ms[c].seconds, ms[c].vs_first);
         std::fflush(stdout);
       }
-    }
   }
   return kExitOk;
 }

@@ -220,17 +220,20 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   }
 
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
+  CheckpointOptions checkpointing;
+  checkpointing.phases = context.phases;  // recomputes charged as "recompute"
   if (!features.defined()) {
     const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
     lap(context, "encode");
-    features = checkpoint_density_ ? checkpoint(fn_density, {enc})[0] : fn_density({enc})[0];
+    features = checkpoint_density_ ? checkpoint(fn_density, {enc}, checkpointing)[0]
+                                   : fn_density({enc})[0];
   }
   // Compositing runs in float32 (under bf16/fp16 autocast the MLPs' outputs are half).
   const auto sigmas =
       torch::exp(features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
   const auto sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
-  const auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh})[0]
+  const auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh}, checkpointing)[0]
                                        : fn_color({features, sh})[0]).to(torch::kFloat32);
   lap(context, "mlp");
 
@@ -265,6 +268,8 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
     sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   }
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
+  CheckpointOptions checkpointing;
+  checkpointing.phases = context.phases;  // recomputes charged as "recompute"
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
   const SegmentMeasurement density = measure_segment(fn_density, {enc}, dev);
   torch::Tensor features;
@@ -273,8 +278,8 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
     features = fn_density({enc})[0];
   }
   const SegmentMeasurement color = measure_segment(fn_color, {features, sh}, dev);
-  return {{"density_mlp", density.activation_bytes, density.output_bytes},
-          {"color_mlp", color.activation_bytes, color.output_bytes}};
+  return {{"density_mlp", density.activation_bytes, density.output_bytes, density.forward_seconds},
+          {"color_mlp", color.activation_bytes, color.output_bytes, color.forward_seconds}};
 }
 
 void NerfHash::after_step(const StepContext& context, distributed::Communicator& comm) {

@@ -174,13 +174,13 @@ std::vector<SegmentInfo> NerfMlp::measure_segments(const RayBatch& rays, const S
   for (int k = 0; k < segments; ++k) {
     auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
     const SegmentMeasurement m = measure_segment(fn, {h, p.x_enc}, dev);
-    infos.push_back({names[k], m.activation_bytes, m.output_bytes});
+    infos.push_back({names[k], m.activation_bytes, m.output_bytes, m.forward_seconds});
     torch::NoGradGuard no_grad;
     h = fn({h, p.x_enc})[0];  // the next segment's input
   }
   auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
   const SegmentMeasurement m = measure_segment(fn_heads, {h, p.d_enc}, dev);
-  infos.push_back({names[segments], m.activation_bytes, m.output_bytes});
+  infos.push_back({names[segments], m.activation_bytes, m.output_bytes, m.forward_seconds});
   return infos;
 }
 
@@ -194,13 +194,16 @@ RenderResult NerfMlp::render(const RayBatch& rays, const StepContext& context) {
   const auto& d_enc = p.d_enc;
 
   torch::Tensor h = torch::zeros({0}, x_enc.options());  // segment 0 reads the encoding only
+  CheckpointOptions checkpointing;
+  checkpointing.phases = context.phases;  // recomputes charged as "recompute"
   const int segments = num_trunk_segments();
   for (int k = 0; k < segments; ++k) {
     auto fn = [this, k](const std::vector<torch::Tensor>& in) { return trunk_segment(k, in); };
-    h = checkpointed_[k] ? checkpoint(fn, {h, x_enc})[0] : fn({h, x_enc})[0];
+    h = checkpointed_[k] ? checkpoint(fn, {h, x_enc}, checkpointing)[0] : fn({h, x_enc})[0];
   }
   auto fn_heads = [this](const std::vector<torch::Tensor>& in) { return heads(in); };
-  const auto out_heads = checkpointed_[segments] ? checkpoint(fn_heads, {h, d_enc}) : fn_heads({h, d_enc});
+  const auto out_heads = checkpointed_[segments] ? checkpoint(fn_heads, {h, d_enc}, checkpointing)
+                                                 : fn_heads({h, d_enc});
   lap(context, "mlp");
   // softplus instead of the paper's ReLU: no dead density at init, smoother on a short CPU run.
   // Compositing runs in float32 (under bf16/fp16 autocast the heads' outputs are half).
