@@ -18,6 +18,7 @@
 #include "framework/data/scene.h"
 #include "framework/data/synth.h"
 #include "framework/metrics.h"
+#include "kernels/separable_blur.h"
 #include "models/gaussians/densify.h"
 #include "models/gaussians/gaussian_loss.h"
 #include "models/gaussians/gaussian_params.h"
@@ -565,6 +566,65 @@ TEST(GaussianLoss, SsimIsDifferentiable) {
     am.view(-1)[idx] -= kStep;
     const double fd = (gs::ssim_same(ap, b) - gs::ssim_same(am, b)).item<double>() / (2 * kStep);
     EXPECT_NEAR(g.view(-1)[idx].item<double>(), fd, 1e-7) << idx;
+  }
+}
+
+// The CPU blur equals two depthwise conv2d with zero 'same' padding, also for planes narrower or
+// shorter than the window and for asymmetric windows (taps read offset i - L/2).
+TEST(GaussianLoss, SeparableBlurMatchesConv2d) {
+  torch::manual_seed(25);
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{1, 1, 1}, {2, 3, 4}, {3, 40, 7}, {2, 9, 33}}) {
+      for (const int64_t taps : {1, 3, 11}) {
+        const torch::Tensor planes = torch::rand(shape, dtype);
+        const torch::Tensor g = torch::rand({taps}, dtype);
+        const int64_t k = shape[0], pad = taps / 2;
+        const torch::Tensor v = torch::conv2d(
+            planes.unsqueeze(0), g.view({1, 1, taps, 1}).expand({k, 1, taps, 1}).contiguous(),
+            torch::Tensor(), torch::IntArrayRef{1, 1}, torch::IntArrayRef{pad, 0},
+            torch::IntArrayRef{1, 1}, k);
+        const torch::Tensor want = torch::conv2d(
+            v, g.view({1, 1, 1, taps}).expand({k, 1, 1, taps}).contiguous(), torch::Tensor(),
+            torch::IntArrayRef{1, 1}, torch::IntArrayRef{0, pad}, torch::IntArrayRef{1, 1}, k);
+        const torch::Tensor got = tessera::kernels::separable_blur_cpu(planes, g);
+        ASSERT_EQ(got.sizes(), planes.sizes());
+        EXPECT_LE((got - want.squeeze(0)).abs().max().item<double>(),
+                  dtype == torch::kFloat64 ? 1e-12 : 1e-5)
+            << shape[0] << "x" << shape[1] << "x" << shape[2] << " taps " << taps;
+      }
+    }
+  }
+  EXPECT_THROW(tessera::kernels::separable_blur_cpu(torch::rand({2, 3}), torch::rand({3})),
+               std::invalid_argument);
+  EXPECT_THROW(tessera::kernels::separable_blur_cpu(torch::rand({1, 3, 3}), torch::rand({4})),
+               std::invalid_argument);
+  EXPECT_THROW(tessera::kernels::separable_blur_cpu(torch::rand({1, 3, 3}),
+                                                    torch::rand({3}, torch::kFloat64)),
+               std::invalid_argument);
+}
+
+// ssim_same's written-out backward equals autograd through ssim_map's graph, for both images
+// (the target too, though training never asks for it), in float64 and float32.
+TEST(GaussianLoss, SsimBackwardMatchesAutogradThroughTheMap) {
+  torch::manual_seed(24);
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const torch::Tensor a0 = torch::rand({29, 23, 3}, dtype);
+    const torch::Tensor b0 = (0.6 * a0 + 0.4 * torch::rand({29, 23, 3}, dtype)).to(dtype);
+    torch::Tensor a = a0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    (3.0 * gs::ssim_same(a, b)).backward();
+    torch::Tensor ra = a0.clone().requires_grad_(true), rb = b0.clone().requires_grad_(true);
+    (3.0 * gs::ssim_map(ra, rb).mean()).backward();
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-6;
+    EXPECT_NEAR(gs::ssim_same(a0, b0).item<double>(), gs::ssim_map(a0, b0).mean().item<double>(),
+                tol);
+    EXPECT_LE((a.grad() - ra.grad()).abs().max().item<double>(), tol) << dtype;
+    EXPECT_LE((b.grad() - rb.grad()).abs().max().item<double>(), tol) << dtype;
+    EXPECT_GT(ra.grad().abs().max().item<double>(), 1e-4) << "a gradient that says something";
+    // Only the render asks: the target gets no gradient.
+    torch::Tensor only = a0.clone().requires_grad_(true);
+    gs::ssim_same(only, b0).backward();
+    EXPECT_LE((only.grad() - ra.grad() / 3.0).abs().max().item<double>(), tol) << dtype;
   }
 }
 
