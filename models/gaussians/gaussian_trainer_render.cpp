@@ -51,15 +51,14 @@ class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFuncti
 torch::Tensor tile_counts(const torch::Tensor& rects, int64_t tiles_x, int64_t tiles_y) {
   const int64_t stride = tiles_x + 1;
   torch::Tensor diff = torch::zeros({(tiles_y + 1) * stride}, torch::kFloat64);
-  if (rects.size(0) > 0) {
-    const torch::Tensor r = rects.cpu();
-    const torch::Tensor x0 = r.select(1, 0), x1 = r.select(1, 1);
-    const torch::Tensor y0 = r.select(1, 2), y1 = r.select(1, 3);
-    const torch::Tensor one = torch::ones({r.size(0)}, torch::kFloat64);
-    diff.index_add_(0, y0 * stride + x0, one);
-    diff.index_add_(0, y0 * stride + x1, -one);
-    diff.index_add_(0, y1 * stride + x0, -one);
-    diff.index_add_(0, y1 * stride + x1, one);
+  const torch::Tensor r = rects.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* rp = r.data_ptr<int64_t>();
+  double* d = diff.data_ptr<double>();
+  for (int64_t p = 0; p < r.size(0); ++p, rp += 4) {  // x0, x1, y0, y1 in [0, tiles]
+    d[rp[2] * stride + rp[0]] += 1.0;
+    d[rp[2] * stride + rp[1]] -= 1.0;
+    d[rp[3] * stride + rp[0]] -= 1.0;
+    d[rp[3] * stride + rp[1]] += 1.0;
   }
   return diff.view({tiles_y + 1, stride})
       .cumsum(0)
@@ -92,6 +91,9 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   const torch::Tensor opacities = params_.opacities();
   const torch::Tensor coeffs = params_.sh_coeffs();
 
+  // On one rank the exchange is the identity: every row stays, in its order, and the rows whose
+  // rect is empty (culled), which the plan would have left out, bin into no tile.
+  const bool single_rank = comm_.size() == 1;
   std::vector<RenderCamera> cams;
   std::vector<int64_t> first_tile(b_count + 1, 0), tiles_x(b_count);
   std::vector<torch::Tensor> rows, side, rects, costs;
@@ -117,11 +119,15 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     tiles_x[b] = kernels::tiles_along(cam.width, ts);
     const int64_t tiles_y = kernels::tiles_along(cam.height, ts);
     first_tile[b + 1] = first_tile[b] + tiles_x[b] * tiles_y;
-    rects.push_back(
-        dist::tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
-    costs.push_back(options_.tile_cost == TileCostKind::Intersections
-                        ? tile_counts(rects.back(), tiles_x[b], tiles_y)
-                        : torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
+    if (single_rank) {  // one rank owns every tile: no split to weigh, no destinations
+      costs.push_back(torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
+    } else {
+      rects.push_back(
+          dist::tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
+      costs.push_back(options_.tile_cost == TileCostKind::Intersections
+                          ? tile_counts(rects.back(), tiles_x[b], tiles_y)
+                          : torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
+    }
     if (batch != nullptr) {
       batch->radii.push_back(proj.radii);
       batch->means2d.push_back(proj.means2d);
@@ -132,20 +138,26 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   }
   // Tile cost over the batch (views concatenated), identical on every rank.
   torch::Tensor tile_cost = torch::cat(costs);
-  if (options_.tile_cost == TileCostKind::Intersections)
+  if (options_.tile_cost == TileCostKind::Intersections && !single_rank)
     comm_.allreduce(tile_cost, dist::ReduceOp::Sum);
   const dist::TilePartition partition = dist::partition_tiles(tile_cost, comm_.size());
-  std::vector<torch::Tensor> dest;
-  for (int64_t b = 0; b < b_count; ++b)
-    dest.push_back(dist::destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
-  const dist::ExchangePlan plan = dist::make_exchange_plan(comm_, torch::cat(dest));
   // Backward marks: the reverse all-to-all is charged to exchange once SH and projection
   // backward can start, and rasterize_bwd ends where every consumer of `received` is done.
-  const torch::Tensor received = phase_mark(
-      dist::exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
-      &phases_, "rasterize_bwd");
-  const torch::Tensor received_side =
-      dist::exchange_with_plan(comm_, plan, torch::cat(side)).cpu();  // [R, 3]
+  torch::Tensor received, received_side;  // [R, 10] and, on the CPU, [R, 3]
+  if (single_rank) {
+    received = phase_mark(phase_mark(torch::cat(rows), &phases_, "exchange"), &phases_,
+                          "rasterize_bwd");
+    received_side = torch::cat(side).cpu();
+  } else {
+    std::vector<torch::Tensor> dest;
+    for (int64_t b = 0; b < b_count; ++b)
+      dest.push_back(dist::destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
+    const dist::ExchangePlan plan = dist::make_exchange_plan(comm_, torch::cat(dest));
+    received = phase_mark(
+        dist::exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
+        &phases_, "rasterize_bwd");
+    received_side = dist::exchange_with_plan(comm_, plan, torch::cat(side)).cpu();
+  }
   if (batch != nullptr) batch->received = received;
   phases_.lap("exchange");
 
@@ -157,13 +169,25 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     const torch::Tensor pixels =
         pixel_mask(tile_mask, cam.width, cam.height, ts).to(device).unsqueeze(2);  // [H, W, 1]
     // This view's received rows in global-id order, so that binning's tie rule (row index)
-    // orders equal depths by global id whatever the world size.
-    const torch::Tensor of_view = torch::nonzero(received_side.select(1, 2) == b).flatten();
-    const torch::Tensor by_id =
-        of_view.index_select(0, received_side.select(1, 1).index_select(0, of_view).argsort());
-    const torch::Tensor r = received.index_select(0, by_id.to(device));  // [m, 10]
+    // orders equal depths by global id whatever the world size. A batch of one view takes all
+    // rows, and rows already in id order (one rank, whose ids ascend) are taken as they are:
+    // no gather forward, no scatter backward.
+    const torch::Tensor of_view =
+        b_count == 1 ? torch::Tensor()
+                     : torch::nonzero(received_side.select(1, 2) == b).flatten();
+    const torch::Tensor ids = of_view.defined()
+                                  ? received_side.select(1, 1).index_select(0, of_view)
+                                  : received_side.select(1, 1);
+    const bool ascending =
+        ids.size(0) < 2 || (ids.slice(0, 1) > ids.slice(0, 0, -1)).all().item<bool>();
+    torch::Tensor by_id = of_view;  // undefined: every row, as received
+    if (!ascending) by_id = of_view.defined() ? of_view.index_select(0, ids.argsort()) : ids.argsort();
+    const torch::Tensor r =
+        by_id.defined() ? received.index_select(0, by_id.to(device)) : received;  // [m, 10]
     const torch::Tensor radii =
-        received_side.select(1, 0).index_select(0, by_id).to(device, torch::kInt32);
+        (by_id.defined() ? received_side.select(1, 0).index_select(0, by_id)
+                         : received_side.select(1, 0))
+            .to(device, torch::kInt32);
     torch::Tensor partial;
     if (r.size(0) > 0 && tile_mask.any().item<bool>()) {
       const torch::Tensor means2d = r.slice(1, 0, 2), depths = r.select(1, 9);
