@@ -46,6 +46,53 @@ class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFuncti
   }
 };
 
+// rows.index_select(0, order) for a permutation `order` of the rows, whose backward gathers the
+// gradient by the inverse permutation: index_select's own backward is a scatter-add, which a
+// permutation (no index twice) does not need; at 1M rows that scatter-add was an eighth of a step.
+class PermuteRowsFunction : public torch::autograd::Function<PermuteRowsFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& rows,
+                               const torch::Tensor& order) {
+    torch::Tensor inverse = torch::empty_like(order);
+    inverse.index_put_({order}, torch::arange(order.size(0), order.options()));
+    ctx->save_for_backward({inverse});
+    return rows.index_select(0, order);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::Tensor inverse = ctx->get_saved_variables()[0];
+    return {grads[0].defined() ? grads[0].index_select(0, inverse) : torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+// The rasterizer's inputs from projected rows [m, 10]: means2d [m, 2], conics [m, 3], colors
+// [m, 3], opacities [m], contiguous. Backward writes their gradients into one [m, 10] tensor
+// (depth's column zero) instead of one zero-filled [m, 10] per slice and their sum.
+class RasterInputsFunction : public torch::autograd::Function<RasterInputsFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& rows) {
+    ctx->saved_data["rows"] = rows.size(0);
+    return {rows.slice(1, 0, 2).contiguous(), rows.slice(1, 2, 5).contiguous(),
+            rows.slice(1, 5, 8).contiguous(), rows.select(1, 8).contiguous()};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t m = ctx->saved_data["rows"].toInt();
+    const std::vector<int64_t> widths = {2, 3, 3, 1};
+    torch::TensorOptions options;
+    for (const torch::Tensor& g : grads)
+      if (g.defined()) options = g.options();
+    std::vector<torch::Tensor> columns;
+    for (size_t i = 0; i < grads.size(); ++i)
+      columns.push_back(grads[i].defined() ? grads[i].reshape({m, widths[i]})
+                                           : torch::zeros({m, widths[i]}, options));
+    columns.push_back(torch::zeros({m, 1}, options));  // depth: binning reads it detached
+    return {torch::cat(columns, 1)};
+  }
+};
+
 // Per-tile intersection counts of one view's rects [P, 4] (x0, x1, y0, y1): a 2D difference
 // array, then prefix sums. -> [tiles_y * tiles_x] float64.
 torch::Tensor tile_counts(const torch::Tensor& rects, int64_t tiles_x, int64_t tiles_y) {
@@ -182,8 +229,11 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
         ids.size(0) < 2 || (ids.slice(0, 1) > ids.slice(0, 0, -1)).all().item<bool>();
     torch::Tensor by_id = of_view;  // undefined: every row, as received
     if (!ascending) by_id = of_view.defined() ? of_view.index_select(0, ids.argsort()) : ids.argsort();
+    // One view takes every row: by_id is then a permutation.
     const torch::Tensor r =
-        by_id.defined() ? received.index_select(0, by_id.to(device)) : received;  // [m, 10]
+        !by_id.defined() ? received
+        : of_view.defined() ? received.index_select(0, by_id.to(device))
+                            : PermuteRowsFunction::apply(received, by_id.to(device));  // [m, 10]
     const torch::Tensor radii =
         (by_id.defined() ? received_side.select(1, 0).index_select(0, by_id)
                          : received_side.select(1, 0))
@@ -195,9 +245,10 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
           kernels::bin_gaussians(means2d.detach(), radii, depths.detach(), cam.width,
                                  cam.height, ts, tile_mask.to(device));
       phases_.lap("bin");
+      const torch::autograd::variable_list in = RasterInputsFunction::apply(r);
       const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
-          means2d, r.slice(1, 2, 5), r.slice(1, 5, 8), r.select(1, 8), background_,
-          bins.tile_offsets, bins.gaussian_ids, cam.width, cam.height, ts);
+          in[0], in[1], in[2], in[3], background_, bins.tile_offsets, bins.gaussian_ids,
+          cam.width, cam.height, ts);
       partial = raster.colors * pixels;
       phases_.lap("rasterize");
     } else {
@@ -208,11 +259,11 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   // One allreduce for the batch: every pixel belongs to exactly one rank's block.
   torch::Tensor flat = torch::cat(partials);
   if (grad) {
-    // The received rows enter every rank's loss (a zero term), so that the backward collectives
-    // (this allreduce and the reverse all-to-all-v) run on every rank.
+    // With several ranks the received rows enter every rank's loss (a zero term), so that the
+    // backward collectives (this allreduce and the reverse all-to-all-v) run on every rank.
     // The mark after it ends the loss's backward.
     flat = phase_mark(
-        AllreduceSumFunction::apply(flat + 0 * received.sum(),
+        AllreduceSumFunction::apply(single_rank ? flat : flat + 0 * received.sum(),
                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm_)),
                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(&phases_))),
         &phases_, "loss");
