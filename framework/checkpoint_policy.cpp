@@ -30,30 +30,42 @@ int64_t stored_if_checkpointed(const SegmentInfo& s) {
   return std::min(std::max<int64_t>(s.boundary_bytes, 0), stored_if_kept(s));
 }
 
-// Predicted memory and recompute time of `checkpointed` (the model in checkpoint_policy.h).
+// A plan taken segment by segment in forward order, under the memory model of
+// checkpoint_policy.h: what the segments so far store, the largest recompute transient among
+// them, their recompute time and how many are checkpointed.
+struct PlanState {
+  int64_t stored = 0;
+  int64_t transient = 0;
+  double seconds = 0;
+  size_t count = 0;
+
+  // Adds the next segment; returns the memory held while it is recomputed (0 when kept).
+  int64_t add(const SegmentInfo& s, bool checkpoint) {
+    if (!checkpoint) {
+      stored += stored_if_kept(s);
+      return 0;
+    }
+    const int64_t held = stored + stored_if_kept(s);
+    transient = std::max(transient, held);
+    seconds += std::max(s.recompute_seconds, 0.0);
+    ++count;
+    stored += stored_if_checkpointed(s);
+    return held;
+  }
+  // End of forward or a recompute, whichever is larger.
+  int64_t peak() const { return std::max(stored, transient); }
+};
+
+// Predicted memory and recompute time of `checkpointed`.
 struct PlanCost {
-  int64_t stored = 0;      // at the end of forward
-  int64_t peak = 0;        // end of forward or a recompute, whichever is larger
-  double seconds = 0;      // recompute time
-  size_t count = 0;        // segments checkpointed
+  PlanState totals;
   std::vector<int64_t> transient;  // per segment: the memory while it is recomputed (0 if kept)
 };
 
 PlanCost cost_of(const std::vector<SegmentInfo>& segments, const std::vector<bool>& checkpointed) {
   PlanCost c;
-  c.transient.assign(segments.size(), 0);
-  for (size_t i = 0; i < segments.size(); ++i) {
-    if (checkpointed[i]) {
-      c.transient[i] = c.stored + stored_if_kept(segments[i]);
-      c.peak = std::max(c.peak, c.transient[i]);
-      c.seconds += std::max(segments[i].recompute_seconds, 0.0);
-      ++c.count;
-      c.stored += stored_if_checkpointed(segments[i]);
-    } else {
-      c.stored += stored_if_kept(segments[i]);
-    }
-  }
-  c.peak = std::max(c.peak, c.stored);
+  for (size_t i = 0; i < segments.size(); ++i)
+    c.transient.push_back(c.totals.add(segments[i], checkpointed[i]));
   return c;
 }
 
@@ -71,9 +83,9 @@ CheckpointPlan finish_plan(const std::string& policy, const std::vector<SegmentI
   plan.checkpointed = std::move(checkpointed);
   plan.budget_bytes = budget_bytes;
   const PlanCost cost = cost_of(segments, plan.checkpointed);
-  plan.stored_bytes = cost.stored;
-  plan.peak_bytes = cost.peak;
-  plan.recompute_seconds = cost.seconds;
+  plan.stored_bytes = cost.totals.stored;
+  plan.peak_bytes = cost.totals.peak();
+  plan.recompute_seconds = cost.totals.seconds;
   plan.fits = budget_bytes < 0 || plan.peak_bytes <= budget_bytes;
   size_t name_width = 4;
   for (const SegmentInfo& s : segments) name_width = std::max(name_width, s.name.size());
@@ -193,17 +205,16 @@ class BudgetPolicy final : public CheckpointPolicy {
     best = search(segments, -1);  // the lowest peak
     return finish_plan(name(), segments, best, budget,
                        "budget cannot be met: the lowest peak any plan reaches is " +
-                           format_bytes(cost_of(segments, best).peak) + "; using that plan");
+                           format_bytes(cost_of(segments, best).totals.peak()) + "; using that plan");
   }
 
  private:
   struct Partial {
-    int64_t stored = 0, transient = 0;
-    double seconds = 0;
-    size_t count = 0;
+    PlanState state;
     std::vector<bool> checkpointed;
   };
-  static bool no_worse(const Partial& a, const Partial& b) {
+  static bool no_worse(const Partial& pa, const Partial& pb) {
+    const PlanState &a = pa.state, &b = pb.state;
     return a.stored <= b.stored && a.transient <= b.transient && a.seconds <= b.seconds &&
            a.count <= b.count;
   }
@@ -215,18 +226,12 @@ class BudgetPolicy final : public CheckpointPolicy {
     for (const SegmentInfo& s : segments) {
       std::vector<Partial> next;
       for (const Partial& p : front) {
-        Partial keep = p;
-        keep.stored += stored_if_kept(s);
-        keep.checkpointed.push_back(false);
-        Partial cp = p;
-        cp.transient = std::max(p.transient, p.stored + stored_if_kept(s));
-        cp.stored += stored_if_checkpointed(s);
-        cp.seconds += std::max(s.recompute_seconds, 0.0);
-        ++cp.count;
-        cp.checkpointed.push_back(true);
-        for (Partial* q : {&keep, &cp})
-          if (budget < 0 || (q->stored <= budget && q->transient <= budget))
-            next.push_back(std::move(*q));
+        for (const bool checkpoint : {false, true}) {
+          Partial q = p;
+          q.state.add(s, checkpoint);
+          q.checkpointed.push_back(checkpoint);
+          if (budget < 0 || q.state.peak() <= budget) next.push_back(std::move(q));
+        }
       }
       front.clear();
       for (size_t i = 0; i < next.size(); ++i) {
@@ -238,12 +243,12 @@ class BudgetPolicy final : public CheckpointPolicy {
       }
       if (front.empty()) return {};
     }
-    const auto peak = [](const Partial& p) { return std::max(p.stored, p.transient); };
-    const auto better = [&](const Partial& a, const Partial& b) {
-      if (budget < 0 && peak(a) != peak(b)) return peak(a) < peak(b);
+    const auto better = [&](const Partial& pa, const Partial& pb) {
+      const PlanState &a = pa.state, &b = pb.state;
+      if (budget < 0 && a.peak() != b.peak()) return a.peak() < b.peak();
       if (a.seconds != b.seconds) return a.seconds < b.seconds;
       if (a.count != b.count) return a.count < b.count;
-      return peak(a) < peak(b);
+      return a.peak() < b.peak();
     };
     const Partial* best = &front[0];
     for (const Partial& p : front)
