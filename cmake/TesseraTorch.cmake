@@ -69,11 +69,28 @@ endif()
 
 # Adds the CUDA half of LibTorch to tessera::torch (called once CUDA is enabled).
 function(tessera_torch_add_cuda)
+  # One CUDA runtime per process, the wheel's: libtorch_cuda loads libcudart from the wheel's
+  # nvidia/cuXX/lib, and a binary that named the toolkit's (another minor version, perhaps newer
+  # than the driver) first would have torch run on that one. The toolkit's serves only where the
+  # wheel has none. CMAKE_CUDA_RUNTIME_LIBRARY is None (CMakeLists.txt): no cudart_static either.
+  file(GLOB _wheel_cudart "${TORCH_ROOT}/../nvidia/cu*/lib/libcudart.so.*"
+                          "${TORCH_ROOT}/../nvidia/cuda_runtime/lib/libcudart.so.*")
+  if(_wheel_cudart)
+    list(GET _wheel_cudart 0 _cudart)
+    get_filename_component(_cudart_dir "${_cudart}" DIRECTORY)
+    target_link_options(tessera_torch INTERFACE "-Wl,-rpath,${_cudart_dir}")
+    message(STATUS "CUDA runtime: ${_cudart} (the torch wheel's)")
+  else()
+    set(_cudart CUDA::cudart)
+    message(STATUS "CUDA runtime: the toolkit's (the torch wheel has none of its own)")
+  endif()
   # --no-as-needed: libtorch_cuda registers the CUDA backend from static initializers, so it must
   # stay linked even though few of its symbols are named directly.
   target_link_libraries(tessera_torch INTERFACE
     "-Wl,--no-as-needed" "${_torch_lib}/libtorch_cuda.so" "${_torch_lib}/libc10_cuda.so" "-Wl,--as-needed"
-    CUDA::cudart)
+    ${_cudart})
+  # The toolkit's headers (cuda_runtime_api.h, which torch's CUDA headers include too).
+  target_include_directories(tessera_torch SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_definitions(tessera_torch INTERFACE USE_CUDA=1)
 endfunction()
 

@@ -52,7 +52,7 @@ void throw_h5_error(long long code, const char* expr, const char* file, int line
 }
 
 #ifndef TESSERA_WITH_NCCL
-void throw_nccl_error(int code, void* /*comm*/, const char* expr, const char* file, int line) {
+void throw_nccl_error(int code, const char* expr, const char* file, int line) {
   throw DistributedError(where(expr, file, line) + ": NCCL error " + std::to_string(code) +
                          " (NCCL is not part of this build)");
 }

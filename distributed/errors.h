@@ -35,8 +35,8 @@ namespace detail {
 // Out of line so that this header pulls in neither mpi.h, cuda_runtime.h, nccl.h nor hdf5.h.
 [[noreturn]] void throw_mpi_error(int code, const char* expr, const char* file, int line);
 [[noreturn]] void throw_cuda_error(int code, const char* expr, const char* file, int line);
-// Aborts `comm` (an ncclComm_t, may be null) before throwing. Defined with the NCCL backend.
-[[noreturn]] void throw_nccl_error(int code, void* comm, const char* expr, const char* file, int line);
+// Throws only: a communicator is ended by its owner (NcclCommunicator::check aborts it once first).
+[[noreturn]] void throw_nccl_error(int code, const char* expr, const char* file, int line);
 [[noreturn]] void throw_h5_error(long long code, const char* expr, const char* file, int line);
 }  // namespace detail
 
@@ -57,13 +57,13 @@ namespace detail {
       ::tessera::detail::throw_cuda_error(tessera_rc_, #expr, __FILE__, __LINE__);           \
   } while (0)
 
-// `comm` is aborted (ncclCommAbort) before the exception leaves, so no peer waits on it forever.
-#define NCCL_CHECK(expr, comm)                                                                     \
+// For NCCL calls outside a live communicator (ncclGetUniqueId, ncclCommInitRank, ncclGetVersion).
+// A call on a communicator goes through NcclCommunicator::check, which aborts it (once) first.
+#define NCCL_CHECK(expr)                                                                           \
   do {                                                                                             \
     const int tessera_rc_ = static_cast<int>(expr);                                                \
     if (tessera_rc_ != 0 /* ncclSuccess */ && tessera_rc_ != 7 /* ncclInProgress */)               \
-      ::tessera::detail::throw_nccl_error(tessera_rc_, static_cast<void*>(comm), #expr, __FILE__,  \
-                                          __LINE__);                                               \
+      ::tessera::detail::throw_nccl_error(tessera_rc_, #expr, __FILE__, __LINE__);                 \
   } while (0)
 
 // HDF5 calls return a negative value (herr_t or hid_t) on failure.

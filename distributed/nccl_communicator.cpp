@@ -6,7 +6,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <exception>
 #include <numeric>
 
@@ -17,8 +16,7 @@
 
 namespace tessera {
 namespace detail {
-void throw_nccl_error(int code, void* comm, const char* expr, const char* file, int line) {
-  if (comm != nullptr) ncclCommAbort(static_cast<ncclComm_t>(comm));
+void throw_nccl_error(int code, const char* expr, const char* file, int line) {
   throw DistributedError("rank " + std::to_string(error_rank()) + ": " + expr + " failed at " +
                          file + ":" + std::to_string(line) + ": NCCL error " +
                          std::to_string(code) + " (" +
@@ -26,6 +24,16 @@ void throw_nccl_error(int code, void* comm, const char* expr, const char* file, 
 }
 }  // namespace detail
 }  // namespace tessera
+
+// A call on this communicator: refused once it was aborted, and on failure it is aborted (once)
+// before the error leaves, so that no peer waits on it forever and nothing uses it again.
+#define NCCL_COMM_CHECK(expr)                                                                   \
+  do {                                                                                          \
+    require_live(#expr);                                                                        \
+    const ncclResult_t tessera_rc_ = (expr);                                                    \
+    if (tessera_rc_ != ncclSuccess && tessera_rc_ != ncclInProgress)                            \
+      fail(tessera_rc_, #expr, __FILE__, __LINE__);                                             \
+  } while (0)
 
 namespace tessera::distributed {
 
@@ -96,44 +104,65 @@ NcclCommunicator::NcclCommunicator(ProcessContext& context, int device_index)
                     std::to_string(rank()));
   c10::cuda::CUDAGuard guard(device_index_);
   ncclUniqueId id;
-  if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
+  if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   {
     Watchdog::Scope watch(context_.watchdog(), "NCCL bootstrap (ncclUniqueId broadcast)");
     MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, context_.world()));
   }
   {
     Watchdog::Scope watch(context_.watchdog(), "ncclCommInitRank");
-    NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()), nullptr);
+    NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
   }
   ncclComm_t comm = comm_;
-  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<AbortOnce> handle = handle_;
   hooks_id_ = context_.watchdog().add_hooks(
-      [comm]() -> std::string {
+      [comm, handle]() -> std::string {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess ||
-            async == ncclInProgress)
-          return {};
+        bool polled = false;
+        handle->if_live([&] { polled = ncclCommGetAsyncError(comm, &async) == ncclSuccess; });
+        if (!polled || async == ncclSuccess || async == ncclInProgress) return {};
         return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async);
       },
-      [comm, aborted]() {
-        if (!aborted->exchange(true)) ncclCommAbort(comm);
-      });
+      [comm, handle]() { handle->abort([comm] { ncclCommAbort(comm); }); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // After MPI_Finalize (a communicator held in a static) the process context and its watchdog
+  // are gone and the CUDA runtime may be too: leave the handle to the process's exit.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // From here on the watchdog's hooks neither poll nor abort this communicator.
   context_.watchdog().remove_hooks(hooks_id_);
   if (comm_ == nullptr) return;
   if (std::uncaught_exceptions() > 0) {
     // Unwinding towards a job abort: peers may never finish their part, so do not wait.
-    ncclCommAbort(comm_);
+    abort();
     return;
   }
   c10::cuda::CUDAGuard guard(device_index_);
-  {
-    Watchdog::Scope watch(context_.watchdog(), "NCCL communicator teardown");
+  Watchdog::Scope watch(context_.watchdog(), "NCCL communicator teardown");
+  handle_->destroy([this] {
     cudaDeviceSynchronize();
     ncclCommDestroy(comm_);
-  }
+  });
+}
+
+void NcclCommunicator::abort() {
+  if (comm_ == nullptr) return;
+  handle_->abort([comm = comm_] { ncclCommAbort(comm); });
+}
+
+void NcclCommunicator::require_live(const char* expr) const {
+  if (!handle_->live())
+    throw DistributedError("rank " + std::to_string(rank()) + ": " + expr +
+                           " on an NCCL communicator that was aborted (after an NCCL error or by "
+                           "the watchdog); the job cannot go on");
+}
+
+void NcclCommunicator::fail(ncclResult_t code, const char* expr, const char* file, int line) {
+  abort();
+  tessera::detail::throw_nccl_error(static_cast<int>(code), expr, file, line);
 }
 
 void NcclCommunicator::watch(const std::string& what) {
@@ -153,10 +182,9 @@ void NcclCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
   if (tensor.numel() == 0) return;
   c10::cuda::CUDAGuard guard(device_index_);
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+  NCCL_COMM_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
                            nccl_dtype(buffer.scalar_type()), nccl_op(op), comm_,
-                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
-             comm_);
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()));
   watch(describe("allreduce", buffer));
   detail::finish_avg(buffer, op, size());
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
@@ -167,10 +195,9 @@ std::unique_ptr<Work> NcclCommunicator::allreduce_async(torch::Tensor tensor, Re
   c10::cuda::CUDAGuard guard(device_index_);
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   if (buffer.numel() > 0) {
-    NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+    NCCL_COMM_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
                              nccl_dtype(buffer.scalar_type()), nccl_op(op), comm_,
-                             at::cuda::getCurrentCUDAStream(device_index_).stream()),
-               comm_);
+                             at::cuda::getCurrentCUDAStream(device_index_).stream()));
     watch(describe("allreduce_async", buffer));
   }
   return std::make_unique<NcclWork>(buffer, tensor, op, size());
@@ -184,10 +211,9 @@ void NcclCommunicator::broadcast(torch::Tensor& tensor, int root) {
   if (tensor.numel() == 0) return;
   c10::cuda::CUDAGuard guard(device_index_);
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  NCCL_CHECK(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+  NCCL_COMM_CHECK(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
                            nccl_dtype(buffer.scalar_type()), root, comm_,
-                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
-             comm_);
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()));
   watch(describe("broadcast", buffer));
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
@@ -200,10 +226,9 @@ torch::Tensor NcclCommunicator::allgather(const torch::Tensor& tensor) {
   shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
   torch::Tensor output = torch::empty(shape, input.options());
   if (input.numel() == 0) return output;
-  NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
+  NCCL_COMM_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
                            nccl_dtype(input.scalar_type()), comm_,
-                           at::cuda::getCurrentCUDAStream(device_index_).stream()),
-             comm_);
+                           at::cuda::getCurrentCUDAStream(device_index_).stream()));
   watch(describe("allgather", input));
   return output;
 }
@@ -228,18 +253,17 @@ torch::Tensor NcclCommunicator::allgatherv(const torch::Tensor& tensor) {
   const ncclDataType_t dtype = nccl_dtype(input.scalar_type());
   char* out = static_cast<char*>(output.data_ptr());
   const int64_t row_bytes = row_elems * input.element_size();
-  NCCL_CHECK(ncclGroupStart(), comm_);
+  NCCL_COMM_CHECK(ncclGroupStart());
   int64_t offset = 0;
   for (int r = 0; r < size(); ++r) {
     if (rows[r] > 0) {
       const void* send = r == rank() ? input.data_ptr() : nullptr;
-      NCCL_CHECK(ncclBroadcast(send, out + offset * row_bytes, rows[r] * row_elems, dtype, r,
-                               comm_, stream),
-                 comm_);
+      NCCL_COMM_CHECK(ncclBroadcast(send, out + offset * row_bytes, rows[r] * row_elems, dtype, r,
+                               comm_, stream));
     }
     offset += rows[r];
   }
-  NCCL_CHECK(ncclGroupEnd(), comm_);
+  NCCL_COMM_CHECK(ncclGroupEnd());
   watch(describe("allgatherv", output));
   return output;
 }
@@ -267,21 +291,19 @@ torch::Tensor NcclCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
   const int64_t row_bytes = row_elems * input.element_size();
   const char* in = static_cast<const char*>(input.data_ptr());
   char* out = static_cast<char*>(output.data_ptr());
-  NCCL_CHECK(ncclGroupStart(), comm_);
+  NCCL_COMM_CHECK(ncclGroupStart());
   int64_t soff = 0, roff = 0;
   for (int r = 0; r < size(); ++r) {
     if (send_counts[r] > 0)
-      NCCL_CHECK(ncclSend(in + soff * row_bytes, send_counts[r] * row_elems, dtype, r, comm_,
-                          stream),
-                 comm_);
+      NCCL_COMM_CHECK(ncclSend(in + soff * row_bytes, send_counts[r] * row_elems, dtype, r, comm_,
+                          stream));
     if (received[r] > 0)
-      NCCL_CHECK(ncclRecv(out + roff * row_bytes, received[r] * row_elems, dtype, r, comm_,
-                          stream),
-                 comm_);
+      NCCL_COMM_CHECK(ncclRecv(out + roff * row_bytes, received[r] * row_elems, dtype, r, comm_,
+                          stream));
     soff += send_counts[r];
     roff += received[r];
   }
-  NCCL_CHECK(ncclGroupEnd(), comm_);
+  NCCL_COMM_CHECK(ncclGroupEnd());
   watch(describe("all_to_all_v", output));
   return output;
 }

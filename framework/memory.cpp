@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #ifdef TESSERA_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -130,6 +131,21 @@ class CountingCpuAllocator final : public c10::Allocator {
 CountingCpuAllocator* CountingCpuAllocator::instance = nullptr;
 std::once_flag g_install_once;
 
+#ifdef TESSERA_WITH_CUDA
+// The caching allocator's index of a CUDA device, after CUDA's lazy initialization: the allocator
+// sizes its per-device state there (on the first CUDA tensor), and reading or resetting its
+// statistics before that indexes an empty table.
+c10::DeviceIndex cuda_allocator_index(torch::Device device) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  if (index < 0 || index >= c10::cuda::device_count())
+    throw std::invalid_argument("memory statistics: no CUDA device " + std::to_string(index) +
+                                " (this process sees " + std::to_string(c10::cuda::device_count()) +
+                                ")");
+  return index;
+}
+#endif
+
 }  // namespace
 
 void retain_freed_host_memory() {
@@ -169,9 +185,7 @@ MemoryStats memory_stats(torch::Device device) {
   }
 #ifdef TESSERA_WITH_CUDA
   if (device.is_cuda() && torch::cuda::is_available()) {
-    const c10::DeviceIndex index =
-        device.has_index() ? device.index() : c10::cuda::current_device();
-    const auto all = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const auto all = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_allocator_index(device));
     const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     stats.available = true;
     stats.current_bytes = all.allocated_bytes[aggregate].current;
@@ -188,11 +202,8 @@ void reset_peak(torch::Device device) {
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  if (device.is_cuda() && torch::cuda::is_available()) {
-    const c10::DeviceIndex index =
-        device.has_index() ? device.index() : c10::cuda::current_device();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(index);
-  }
+  if (device.is_cuda() && torch::cuda::is_available())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_allocator_index(device));
 #endif
 }
 

@@ -141,8 +141,14 @@ TESSERA_HD inline T radius_before_ceil(T a, T b, T c) {
   return T(kSigmaRadius) * hd_sqrt(lambda);
 }
 
+// The largest radius in pixels a Gaussian is given. A degenerate splat (huge scale, or very close
+// to the camera) whose 3-sigma radius is beyond it covers every tile anyway; clamping keeps the
+// float-to-int32 conversion defined: beyond INT32_MAX the cast is undefined on the host (x86 gives
+// INT32_MIN, a negative radius) and saturates on the device, so the two would disagree.
+constexpr int32_t kMaxRadius = int32_t{1} << 30;
+
 // Forward for one Gaussian. Writes means2d[2], depth, conic[3] (zeros when culled) and returns
-// the radius in pixels, 0 when culled.
+// the radius in pixels (at most kMaxRadius), 0 when culled.
 template <typename T>
 TESSERA_HD inline int32_t project_forward(const T* mean,   // [3]
                                           const T* quat,   // [4]
@@ -157,7 +163,8 @@ TESSERA_HD inline int32_t project_forward(const T* mean,   // [3]
   if (g.p[2] >= cam.near_plane && g.p[2] <= cam.far_plane) {
     project_covariance(quat, scale, cam, g);
     if (g.det > 0) {
-      const T r = hd_ceil(radius_before_ceil(g.a, g.b, g.c));
+      const T r_full = hd_ceil(radius_before_ceil(g.a, g.b, g.c));
+      const T r = r_full < T(kMaxRadius) ? r_full : T(kMaxRadius);
       const T u = cam.fx * g.p[0] / g.p[2] + cam.cx;
       const T v = cam.fy * g.p[1] / g.p[2] + cam.cy;
       const bool off_image =

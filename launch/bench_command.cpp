@@ -73,9 +73,9 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
     if (comm->backend() == distributed::Backend::Nccl) {
       auto* nccl = static_cast<distributed::NcclCommunicator*>(comm.get());
       const auto stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
-      NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclFloat32,
-                               ncclSum, nccl->raw(), stream),
-                 nccl->raw());
+      nccl->check(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclFloat32,
+                                ncclSum, nccl->raw(), stream),
+                  "ncclAllReduce", __FILE__, __LINE__);
       return;
     }
 #endif

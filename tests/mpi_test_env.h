@@ -12,6 +12,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
@@ -20,10 +22,20 @@ namespace tessera::test {
 
 extern distributed::ProcessContext* g_context;
 
+// What tests/mpi_test_main.cpp runs after the last test, latest first, while MPI, the process
+// context and its watchdog still exist: the release of communicators that a test keeps in a
+// static (a static's destructor would run after MPI_Finalize, with the context gone).
+inline std::vector<std::function<void()>>& before_finalize() {
+  static std::vector<std::function<void()>> releases;
+  return releases;
+}
+
 // One MPI communicator over every rank, on the CPU, for the whole test run.
 inline distributed::Communicator& cpu_world() {
-  static std::unique_ptr<distributed::Communicator> c =
-      distributed::make_communicator(*g_context, "mpi", torch::Device(torch::kCPU));
+  static std::unique_ptr<distributed::Communicator> c = [] {
+    before_finalize().push_back([] { c.reset(); });
+    return distributed::make_communicator(*g_context, "mpi", torch::Device(torch::kCPU));
+  }();
   return *c;
 }
 

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   // Every rank learns whether any rank failed, so the job's exit code is the same everywhere.
   int any = local;
   MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, context.world());
+  auto& releases = tessera::test::before_finalize();
+  for (auto it = releases.rbegin(); it != releases.rend(); ++it) (*it)();
+  releases.clear();
   tessera::test::g_context = nullptr;
   return any;
 }

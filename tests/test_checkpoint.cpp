@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -20,6 +22,7 @@
 #include "framework/checkpoint_policy.h"
 #include "framework/memory.h"
 #include "framework/phase_timer.h"
+#include "tests/cuda_skip.h"
 
 namespace {
 
@@ -605,7 +608,7 @@ TEST(CheckpointPolicy, PlanFromMeasuredSegments) {
 // ---- CUDA --------------------------------------------------------------------------------------
 
 TEST(CheckpointCuda, DropoutMlpGradientsMatch) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available(), "no CUDA device");
   const torch::Device cuda(torch::kCUDA, 0);
   auto segments = make_segments(64, 4, 2, 0.3, cuda);
   torch::Tensor input = torch::randn({128, 64}, torch::TensorOptions().device(cuda));
@@ -623,8 +626,26 @@ TEST(CheckpointCuda, DropoutMlpGradientsMatch) {
   EXPECT_FALSE(torch::allclose(broken.input_grad, plain.input_grad, 1e-5, 1e-6));
 }
 
+// In a process that has made no CUDA tensor yet (a death test re-runs the binary for this case
+// alone), reading and resetting the caching allocator's statistics must work: the allocator sizes
+// its per-device state in CUDA's lazy initialization.
+TEST(MemoryCuda, StatsBeforeAnyCudaTensor) {
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available(), "no CUDA device");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const torch::Device cuda(torch::kCUDA, 0);
+        tessera::reset_peak(cuda);
+        const auto s = tessera::memory_stats(cuda);
+        std::fprintf(stderr, "available %d current %lld\n", s.available ? 1 : 0,
+                     static_cast<long long>(s.current_bytes));
+        std::_Exit(s.available && s.current_bytes == 0 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "available 1 current 0");
+}
+
 TEST(MemoryCuda, CachingAllocatorStatsAndCheckpointPeak) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available(), "no CUDA device");
   const torch::Device cuda(torch::kCUDA, 0);
   ASSERT_TRUE(tessera::memory_stats(cuda).available);
   tessera::reset_peak(cuda);

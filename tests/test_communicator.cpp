@@ -9,6 +9,10 @@
 
 #include "distributed/communicator.h"
 #include "distributed/errors.h"
+#ifdef TESSERA_WITH_NCCL
+#include "distributed/nccl_communicator.h"
+#endif
+#include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
 
 namespace tessera::distributed {
@@ -21,9 +25,11 @@ const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kFloat64
 // Element counts: empty, one, odd, and several chunks of a typical bucket.
 const std::vector<int64_t> kSizes = {0, 1, 7, 1000, 65537};
 
-// One communicator per backend for the whole run (NCCL setup is costly).
+// One communicator per backend for the whole run (NCCL setup is costly), released before MPI is
+// finalized.
 Communicator& communicator(const std::string& backend) {
   static std::map<std::string, std::unique_ptr<Communicator>> comms;
+  if (comms.empty()) test::before_finalize().push_back([] { comms.clear(); });
   auto& slot = comms[backend];
   if (!slot) {
     ProcessContext& context = *test::g_context;
@@ -63,8 +69,11 @@ std::string tag(const char* op, torch::ScalarType dtype, int64_t n) {
 class CommunicatorTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "nccl" && (!nccl_available() || !test::g_context->one_cuda_device_per_rank()))
-      GTEST_SKIP() << "NCCL backend needs an NCCL build and a CUDA device per rank";
+    if (GetParam() != "nccl") return;
+    TESSERA_SKIP_UNLESS_CUDA(nccl_available() && torch::cuda::is_available(),
+                             "the NCCL backend needs an NCCL build and a CUDA device");
+    if (!test::g_context->one_cuda_device_per_rank())
+      GTEST_SKIP() << "fewer CUDA devices than ranks on this node";
   }
   Communicator& comm() { return communicator(GetParam()); }
   torch::Device device() { return comm().device(); }
@@ -225,6 +234,36 @@ TEST_P(CommunicatorTest, LargeAllreduceAcrossChunks) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, testing::Values("mpi", "nccl"),
                          [](const auto& info) { return info.param; });
+
+// An aborted NCCL communicator (an NCCL error, or the watchdog) refuses further calls with a
+// DistributedError, and its destructor neither aborts it again nor destroys the freed handle.
+TEST(NcclCommunicatorCuda, AbortIsOnceAndRefusesLaterCalls) {
+  TESSERA_SKIP_UNLESS_CUDA(nccl_available() && torch::cuda::is_available(),
+                           "the NCCL backend needs an NCCL build and a CUDA device");
+  if (!test::g_context->one_cuda_device_per_rank())
+    GTEST_SKIP() << "fewer CUDA devices than ranks on this node";
+#ifdef TESSERA_WITH_NCCL
+  ProcessContext& context = *test::g_context;
+  const torch::Device cuda(torch::kCUDA, context.cuda_device_index());
+  std::unique_ptr<Communicator> comm = make_communicator(context, "nccl", cuda);
+  torch::Tensor t = torch::ones({8}, torch::TensorOptions().device(cuda));
+  comm->allreduce(t, ReduceOp::Sum);
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::full({8}, static_cast<float>(comm->size()))));
+  auto* nccl = dynamic_cast<NcclCommunicator*>(comm.get());
+  ASSERT_NE(nccl, nullptr);
+  torch::cuda::synchronize(cuda.index());
+  nccl->abort();
+  nccl->abort();
+  EXPECT_THROW(comm->allreduce(t, ReduceOp::Sum), DistributedError);
+  EXPECT_THROW(comm->broadcast(t, 0), DistributedError);
+  comm.reset();  // must not touch the aborted handle
+  // A fresh communicator still works afterwards.
+  Communicator& fresh = communicator("nccl");
+  torch::Tensor u = torch::ones({4}, torch::TensorOptions().device(fresh.device()));
+  fresh.allreduce(u, ReduceOp::Sum);
+  EXPECT_TRUE(torch::equal(u.cpu(), torch::full({4}, static_cast<float>(fresh.size()))));
+#endif
+}
 
 }  // namespace
 }  // namespace tessera::distributed

@@ -10,9 +10,11 @@
 #include <torch/torch.h>
 
 #include "kernels/gaussian_projection.h"
+#include "kernels/gaussian_projection_math.h"
 #include "kernels/nonfinite.h"
 #include "tests/expect_close.h"
 #include "tests/reference/gaussian_projection_reference.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -342,6 +344,23 @@ TEST(GaussianProjection, HandComputedIsotropicGaussian) {
   EXPECT_EQ(out.radii[0].item<int32_t>(), static_cast<int32_t>(std::ceil(3 * std::sqrt(a))));
 }
 
+// A splat whose 3-sigma radius is beyond int32 (scale 1e8 in front of the camera) keeps a positive
+// radius, clamped to kMaxRadius, in both dtypes: the cast of the unclamped float was undefined.
+TEST(GaussianProjection, HugeRadiusIsClampedNotWrapped) {
+  Camera cam;
+  cam.viewmat = torch::eye(4, torch::kFloat64);
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const torch::Tensor means = torch::tensor({{0.0, 0.0, 5.0}, {0.1, 0.0, 4.0}}, dtype);
+    const torch::Tensor quats = torch::tensor({{1.0, 0.0, 0.0, 0.0}, {1.0, 0.0, 0.0, 0.0}}, dtype);
+    const torch::Tensor scales = torch::tensor({{1e8, 1e8, 1e8}, {0.1, 0.1, 0.1}}, dtype);
+    const auto out = op_project(means, quats, scales, cam.viewmat.to(dtype), cam);
+    EXPECT_EQ(out.radii[0].item<int32_t>(), projection_math::kMaxRadius) << dtype;
+    EXPECT_GT(out.radii[1].item<int32_t>(), 0) << dtype;
+    EXPECT_LT(out.radii[1].item<int32_t>(), 1000) << dtype;
+    EXPECT_NEAR(out.means2d[0][0].item<double>(), cam.cx, 1e-3) << dtype;
+  }
+}
+
 // Central finite differences in float64 of L = <outputs, cotangents> against the op's backward,
 // for Gaussians inside the view and beyond the Jacobian clamp (a few hundred pixels wide).
 TEST(GaussianProjection, FiniteDifferencesFloat64) {
@@ -503,10 +522,8 @@ TEST(GaussianProjection, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 TEST(GaussianProjectionCuda, MatchesCpuForwardAndBackward) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   uint64_t seed = 1200;
   std::vector<int64_t> sizes = kSizes;
@@ -551,7 +568,7 @@ TEST(GaussianProjectionCuda, MatchesCpuForwardAndBackward) {
 }
 
 TEST(GaussianProjectionCuda, PartialCotangentsAndEmptyInputs) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   Camera cam = make_camera(1301);
   const Gaussians g = make_gaussians(500, cam, torch::kFloat64, 1302);

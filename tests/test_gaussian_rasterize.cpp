@@ -16,6 +16,7 @@
 #include "kernels/tile_binning.h"
 #include "tests/expect_close.h"
 #include "tests/reference/gaussian_raster_reference.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -382,8 +383,6 @@ TEST(GaussianRasterize, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 Scene to_device(const Scene& s, const torch::Device& dev) {
   Scene d = s;
   for (torch::Tensor* t : {&d.means2d, &d.conics, &d.colors, &d.opacities, &d.background,
@@ -396,7 +395,7 @@ Scene to_device(const Scene& s, const torch::Device& dev) {
 // Tile sizes 16 and 8 (whole warps, warp-reduced atomics) and 4 (a half warp per block); channel
 // counts with register accumulators (1, 3, 4) and the generic path (2, 5).
 TEST(GaussianRasterizeCuda, MatchesCpu) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   std::vector<Shape> shapes = kShapes;
   shapes.push_back({40, 30, 22, 4, 4, Kind::kMixed});
@@ -422,7 +421,7 @@ TEST(GaussianRasterizeCuda, MatchesCpu) {
 }
 
 TEST(GaussianRasterizeCuda, MatchesReferenceAndNoGaussians) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   const Scene s = to_device(make_scene(90, 37, 29, 3, torch::kFloat64, 600), dev);
   const Cotangents cot = random_cotangents(s, 601);

@@ -1,5 +1,6 @@
 // GradientSynchronizer against a reference computed without synchronization: every rank replays
-// every rank's deterministic data locally and sums. Runs under mpiexec -n 1, 2 and 3 (MPI backend).
+// every rank's deterministic data locally and sums. Runs under mpiexec -n 1, 2 and 3 (MPI backend;
+// NCCL on CUDA parameters where every rank has a GPU).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "distributed/communicator.h"
 #include "distributed/errors.h"
 #include "distributed/gradient_synchronizer.h"
+#include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
 
 namespace tessera::distributed {
@@ -341,6 +343,46 @@ TEST(GradientSync, UserErrors) {
     GradientSyncOptions o;
     o.first_bucket_bytes = 64 * (rank() + 1);
     EXPECT_THROW(GradientSynchronizer(*test::g_context, comm(), q, o), UserError);
+  }
+}
+
+// The same synchronizer over NCCL with the parameters on the GPU: sums over ranks and micro-batches
+// equal the CPU reference exactly (integer gradients), in small and default buckets.
+TEST(GradientSyncCuda, NcclSumsOverRanksAndMicroBatches) {
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available() && nccl_available(),
+                           "needs a CUDA device and an NCCL build");
+  if (!test::g_context->one_cuda_device_per_rank())
+    GTEST_SKIP() << "fewer CUDA devices than ranks on this node";
+  const torch::Device cuda(torch::kCUDA, test::g_context->cuda_device_index());
+  auto nccl = make_communicator(*test::g_context, "nccl", cuda);
+  auto to_cuda = [&](const Batch& b) {
+    Batch d;
+    d.x = b.x.to(cuda), d.c = b.c.to(cuda), d.e = b.e.to(cuda);
+    if (b.u.defined()) d.u = b.u.to(cuda);
+    return d;
+  };
+  for (const bool small : {false, true}) {
+    std::vector<torch::Tensor> p = make_params();
+    for (auto& t : p) t = t.detach().to(cuda).requires_grad_(true);
+    GradientSynchronizer sync(*test::g_context, *nccl, p,
+                              small ? small_buckets() : GradientSyncOptions{});
+    constexpr int kMicro = 3;
+    for (int m = 0; m < kMicro - 1; ++m) {
+      NoSyncScope no_sync(sync);
+      loss(p, to_cuda(batch(rank(), m, 0, true))).backward();
+    }
+    loss(p, to_cuda(batch(rank(), kMicro - 1, 0, true))).backward();
+    sync.finish();
+    std::vector<Batch> all;
+    for (int r = 0; r < size(); ++r)
+      for (int m = 0; m < kMicro; ++m) all.push_back(batch(r, m, 0, true));
+    const std::vector<torch::Tensor> want = reference_grads(all);
+    for (size_t i = 0; i < p.size(); ++i) {
+      ASSERT_TRUE(p[i].grad().is_cuda()) << i;
+      report(std::string(small ? "nccl/small/param " : "nccl/default/param ") + std::to_string(i),
+             p[i].grad().cpu(), want[i]);
+    }
+    EXPECT_EQ(sync.counters().allreduce_calls, static_cast<int64_t>(sync.buckets().size()));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "tests/expect_close.h"
 #include "kernels/hash_encoding.h"
 #include "tests/reference/hash_encoding_reference.h"
+#include "tests/cuda_skip.h"
 #include "kernels/nonfinite.h"
 
 namespace tessera::kernels {
@@ -342,10 +343,8 @@ TEST(HashEncoding, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 TEST(HashEncodingCuda, MatchesCpuForwardAndBackward) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   std::vector<HashEncodingConfig> configs = test_configs();
   configs.push_back(make_config(16, 2, 19, 16, 2.0));  // the default: many blocks, big table
@@ -371,7 +370,7 @@ TEST(HashEncodingCuda, MatchesCpuForwardAndBackward) {
 }
 
 TEST(HashEncodingCuda, MatchesReference) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   const HashEncodingConfig c = make_config(8, 2, 12, 8, 1.9);
   const torch::Tensor table = random_table(c, 401, device);
@@ -385,7 +384,7 @@ TEST(HashEncodingCuda, MatchesReference) {
 }
 
 TEST(HashEncodingCuda, EmptyInputs) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const HashEncodingConfig c = make_config(3, 2, 9, 4, 2.0);
   const torch::Device device(torch::kCUDA, 0);
   const torch::Tensor table = random_table(c, 501, device).requires_grad_(true);

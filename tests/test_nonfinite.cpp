@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "kernels/nonfinite.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -171,10 +172,8 @@ TEST(CountNonfinite, DispatchMatchesCpuImplementation) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 TEST(CountNonfiniteCuda, MatchesCpuOnEveryDtypeAndShape) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   uint64_t seed = 1000;
   for (const auto dtype : kFloatTypes) {
@@ -191,7 +190,7 @@ TEST(CountNonfiniteCuda, MatchesCpuOnEveryDtypeAndShape) {
 }
 
 TEST(CountNonfiniteCuda, LargeInputUsesGridStride) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   // More elements than kMaxBlocks * kThreads (4096 * 256), so every thread loops.
   const torch::Tensor x = planted({5000017}, torch::kFloat32, 77, 20000);
@@ -202,7 +201,7 @@ TEST(CountNonfiniteCuda, LargeInputUsesGridStride) {
 }
 
 TEST(CountNonfiniteCuda, NonContiguousScalarAndIntegerInputs) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   uint64_t seed = 2000;
   for (const auto dtype : kFloatTypes) {
@@ -220,13 +219,27 @@ TEST(CountNonfiniteCuda, NonContiguousScalarAndIntegerInputs) {
 
 // As CountNonfinite.LargeFiniteDoublesAreFinite, for the CUDA implementation.
 TEST(CountNonfiniteCuda, LargeFiniteDoublesAreFinite) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   const double max = std::numeric_limits<double>::max();
   const torch::Tensor x =
       torch::tensor({1e300, -1e39, max, -max, 3.5e38, 1.0}, torch::dtype(torch::kFloat64));
   ASSERT_EQ(reference_count(x), 0);
   EXPECT_EQ(checked_count(x.to(device), device), 0);
+}
+
+// tests/cuda_skip.h: a CUDA case skips where CUDA is missing, but fails on a GPU machine (a device
+// node, or TESSERA_REQUIRE_CUDA set to anything but 0), where a skip would have tested nothing.
+TEST(CudaSkipRule, SkipsOnlyOffGpuMachines) {
+  using test::missing_cuda_verdict;
+  using test::MissingCuda;
+  EXPECT_EQ(missing_cuda_verdict(nullptr, false), MissingCuda::Skip);
+  EXPECT_EQ(missing_cuda_verdict("", false), MissingCuda::Skip);
+  EXPECT_EQ(missing_cuda_verdict(nullptr, true), MissingCuda::Fail);
+  EXPECT_EQ(missing_cuda_verdict("1", false), MissingCuda::Fail);
+  EXPECT_EQ(missing_cuda_verdict("yes", false), MissingCuda::Fail);
+  EXPECT_EQ(missing_cuda_verdict("0", true), MissingCuda::Skip);
+  EXPECT_EQ(missing_cuda_verdict("1", true), MissingCuda::Fail);
 }
 
 }  // namespace

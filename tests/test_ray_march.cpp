@@ -14,6 +14,7 @@
 #include "kernels/nonfinite.h"
 #include "kernels/ray_march.h"
 #include "kernels/volume_render.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -565,11 +566,9 @@ TEST(RayMarch, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 // Bitwise: the CUDA kernels round every op as the CPU does (no FMA).
 TEST(RayMarchCuda, MatchesCpuBitwise) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   uint64_t seed = 100;
   std::vector<Case> cases = random_cases();
@@ -589,7 +588,7 @@ TEST(RayMarchCuda, MatchesCpuBitwise) {
 }
 
 TEST(RayMarchCuda, EmptyInputs) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   const auto f32 = torch::dtype(torch::kFloat32).device(dev);
   for (const float density : {0.0f, 1.0f}) {

@@ -12,6 +12,7 @@
 #include "kernels/spherical_harmonics.h"
 #include "tests/expect_close.h"
 #include "tests/reference/gaussian_projection_reference.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -241,10 +242,8 @@ TEST(SphericalHarmonics, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 TEST(SphericalHarmonicsCuda, MatchesCpuForwardAndBackward) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   uint64_t seed = 1000;
   std::vector<int64_t> sizes = kSizes;

@@ -14,6 +14,7 @@
 
 #include "kernels/nonfinite.h"
 #include "kernels/tile_binning.h"
+#include "tests/cuda_skip.h"
 
 namespace tessera::kernels {
 namespace {
@@ -261,10 +262,8 @@ TEST(TileBinning, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 TEST(TileBinningCuda, MatchesCpuExactly) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   uint64_t seed = 100;
   std::vector<Case> cases = kCases;
@@ -290,7 +289,7 @@ TEST(TileBinningCuda, MatchesCpuExactly) {
 }
 
 TEST(TileBinningCuda, NegativeZeroAndNonFinite) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device dev(torch::kCUDA, 0);
   Projected p = make_projected(300, 64, 64, torch::kFloat32, 110);
   p.depths.slice(0, 0, 100).fill_(-0.0);

@@ -21,6 +21,7 @@
 #include "framework/data/scene.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
+#include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
 
@@ -32,15 +33,15 @@ distributed::Communicator& world() { return test::cpu_world(); }
 // "color = MLP(ray direction)": 3 -> 16 -> 3 with a sigmoid; deterministic init.
 class DirectionMlp : public Model {
  public:
-  DirectionMlp() {
+  explicit DirectionMlp(torch::Device device = torch::kCPU) {
     auto grid = [](int64_t rows, int64_t cols, double phase) {
       return torch::sin(torch::arange(rows * cols, torch::kFloat32).reshape({rows, cols}) * 0.7 +
                         phase) * 0.8;
     };
-    w1_ = grid(3, 16, 0.1).requires_grad_();
-    b1_ = grid(1, 16, 0.5).reshape({16}).mul(0.3).requires_grad_();
-    w2_ = grid(16, 3, 1.3).requires_grad_();
-    b2_ = torch::zeros({3}).requires_grad_();
+    w1_ = grid(3, 16, 0.1).to(device).requires_grad_();
+    b1_ = grid(1, 16, 0.5).reshape({16}).mul(0.3).to(device).requires_grad_();
+    w2_ = grid(16, 3, 1.3).to(device).requires_grad_();
+    b2_ = torch::zeros({3}).to(device).requires_grad_();
   }
   std::string name() const override { return "direction_mlp"; }
   std::vector<ParamGroup> parameter_groups() override {
@@ -49,8 +50,8 @@ class DirectionMlp : public Model {
   RenderResult render(const RayBatch& rays, const StepContext&) override {
     RenderResult r;
     r.rgb = torch::sigmoid(torch::tanh(rays.directions.matmul(w1_) + b1_).matmul(w2_) + b2_);
-    r.opacity = torch::ones({rays.directions.size(0)});
-    r.depth = torch::zeros({rays.directions.size(0)});
+    r.opacity = torch::ones({rays.directions.size(0)}, rays.directions.options());
+    r.depth = torch::zeros({rays.directions.size(0)}, rays.directions.options());
     return r;
   }
   std::vector<torch::Tensor> flat() { return {w1_, b1_, w2_, b2_}; }
@@ -280,6 +281,29 @@ TEST_F(TrainerTest, NRanksEqualOneRank) {
   EXPECT_EQ(count_wrong(got, want, 1e-6), 0) << (got - want).abs().max();
   const torch::Tensor all = world().allgather(got);
   for (int r = 0; r < world().size(); ++r) EXPECT_TRUE(torch::equal(all[r], got)) << r;
+}
+
+// The trainer on CUDA (batches, loss, NCCL gradient sync, Adam on the device) follows the same
+// path as on the CPU: the same losses and parameters to float32 reassociation.
+TEST_F(TrainerTest, CudaTrainsAsOnTheCpu) {
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available() && distributed::nccl_available(),
+                           "needs a CUDA device and an NCCL build");
+  if (!test::g_context->one_cuda_device_per_rank())
+    GTEST_SKIP() << "fewer CUDA devices than ranks on this node";
+  const torch::Device cuda(torch::kCUDA, test::g_context->cuda_device_index());
+  auto nccl = distributed::make_communicator(*test::g_context, "nccl", cuda);
+  DirectionMlp on_gpu(cuda), on_cpu;
+  TrainerOptions k2 = options();
+  k2.micro_batches = 2;
+  Trainer gpu(*test::g_context, *nccl, on_gpu, *scene_, k2);
+  Trainer cpu(*test::g_context, world(), on_cpu, *scene_, k2);
+  for (int64_t t = 0; t < 5; ++t) {
+    const StepResult g = gpu.train_step(t), c = cpu.train_step(t);
+    EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss) << "step " << t;
+  }
+  EXPECT_TRUE(on_gpu.concat().is_cuda());
+  EXPECT_FALSE(torch::equal(on_cpu.concat(), DirectionMlp().concat()));  // it trained
+  EXPECT_EQ(count_wrong(on_gpu.concat().cpu(), on_cpu.concat(), 1e-4), 0);
 }
 
 TEST_F(TrainerTest, AccumulationEqualsLargeBatch) {

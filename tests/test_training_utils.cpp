@@ -17,6 +17,7 @@
 #include "framework/metrics.h"
 #include "framework/phase_timer.h"
 #include "framework/schedule.h"
+#include "tests/cuda_skip.h"
 
 namespace {
 
@@ -487,7 +488,7 @@ TEST(Metrics, BadInputsAreClearErrors) {
 }
 
 TEST(Metrics, CudaMatchesCpu) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TESSERA_SKIP_UNLESS_CUDA(torch::cuda::is_available(), "no CUDA device");
   torch::manual_seed(4);
   const torch::Tensor a = torch::rand({32, 40, 3}), b = torch::rand({32, 40, 3});
   const torch::Device cuda(torch::kCUDA);

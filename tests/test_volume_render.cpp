@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "tests/expect_close.h"
+#include "tests/cuda_skip.h"
 #include "kernels/nonfinite.h"
 #include "kernels/volume_render.h"
 
@@ -436,15 +437,13 @@ TEST(VolumeRender, RejectsBadInput) {
 
 // --- CUDA ------------------------------------------------------------------------------------
 
-bool cuda_usable() { return torch::cuda::is_available() && cuda_kernels_built(); }
-
 Samples to_device(const Samples& s, const torch::Device& device) {
   return {s.sigmas.to(device), s.rgbs.to(device), s.deltas.to(device), s.ts.to(device),
           s.offsets.to(device)};
 }
 
 TEST(VolumeRenderCuda, MatchesCpuForwardAndBackward) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   uint64_t seed = 300;
   std::vector<std::vector<int64_t>> shapes = test_shapes();
@@ -478,7 +477,7 @@ TEST(VolumeRenderCuda, MatchesCpuForwardAndBackward) {
 }
 
 TEST(VolumeRenderCuda, MatchesReferenceWithPartialCotangents) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   const Samples s = to_device(make_samples(random_counts(100, 0, 150, 15), torch::kFloat64, 16),
                               device);
@@ -496,7 +495,7 @@ TEST(VolumeRenderCuda, MatchesReferenceWithPartialCotangents) {
 }
 
 TEST(VolumeRenderCuda, EmptyInputs) {
-  if (!cuda_usable()) GTEST_SKIP() << "no CUDA device visible or CUDA kernels not built";
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const auto opts = torch::dtype(torch::kFloat32).device(torch::kCUDA, 0);
   const torch::Tensor sigmas = torch::zeros({0}, opts).requires_grad_(true);
   const torch::Tensor rgbs = torch::zeros({0, 3}, opts).requires_grad_(true);

@@ -1,14 +1,19 @@
 // Tests of the collective watchdog: finished, scoped and self-completing operations pass; a stuck
 // operation or a failed health check ends the process with exit code 3 after the abort hooks.
+// And AbortOnce, the communicator handle that the training thread, the watchdog and the destructor
+// may each try to end.
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "distributed/abort_once.h"
 #include "distributed/errors.h"
 #include "distributed/watchdog.h"
 
@@ -201,6 +206,75 @@ TEST_F(WatchdogDeathTest, RemovedHealthCheckNoLongerFires) {
       },
       testing::ExitedWithCode(kExitDistributed),
       "^tessera: rank -1: collective 'final op' did not complete within");
+}
+
+// Eight threads abort while eight poll: the abort runs once, and no poll runs on an ended handle
+// (each poll checks the "freed" flag that the abort sets, as NCCL frees the communicator).
+TEST(AbortOnceTest, ConcurrentAbortsRunOnceAndNoPollFollows) {
+  for (int round = 0; round < 20; ++round) {
+    AbortOnce handle;
+    std::atomic<int> aborts{0}, ended_by{0}, polls_after_free{0}, polls{0};
+    std::atomic<bool> freed{false}, go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&] {
+        while (!go) std::this_thread::yield();
+        if (handle.abort([&] { ++aborts; freed = true; })) ++ended_by;
+      });
+      threads.emplace_back([&] {
+        while (!go) std::this_thread::yield();
+        for (int i = 0; i < 200; ++i)
+          handle.if_live([&] { ++polls; if (freed) ++polls_after_free; });
+      });
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(aborts.load(), 1);
+    EXPECT_EQ(ended_by.load(), 1);
+    EXPECT_EQ(polls_after_free.load(), 0);
+    EXPECT_FALSE(handle.live());
+    EXPECT_TRUE(handle.aborted());
+    EXPECT_FALSE(handle.if_live([&] { ++polls_after_free; }));
+    EXPECT_EQ(polls_after_free.load(), 0);
+  }
+}
+
+TEST(AbortOnceTest, DestroyAfterAbortAndAbortAfterDestroyDoNothing) {
+  int aborts = 0, destroys = 0;
+  AbortOnce aborted;
+  EXPECT_TRUE(aborted.abort([&] { ++aborts; }));
+  EXPECT_FALSE(aborted.destroy([&] { ++destroys; }));
+  EXPECT_FALSE(aborted.abort([&] { ++aborts; }));
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(destroys, 0);
+
+  AbortOnce destroyed;
+  EXPECT_TRUE(destroyed.live());
+  EXPECT_TRUE(destroyed.destroy([&] { ++destroys; }));
+  EXPECT_FALSE(destroyed.abort([&] { ++aborts; }));
+  EXPECT_FALSE(destroyed.aborted());
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(destroys, 1);
+}
+
+// The shape of NcclCommunicator: a failed call aborts the handle on the training thread, then the
+// watchdog's health check fails and runs its abort hook, which must find the handle ended.
+TEST_F(WatchdogDeathTest, AbortHookAfterAnAbortFindsTheHandleEnded) {
+  EXPECT_EXIT(
+      {
+        Watchdog dog(kTimeoutS);
+        auto handle = std::make_shared<AbortOnce>();
+        dog.add_hooks([] { return std::string("async error"); },
+                      [handle] {
+                        const bool ended_now = handle->abort([] {});
+                        std::fprintf(stderr, "hook ended the handle: %s\n",
+                                     ended_now ? "yes" : "no");
+                      });
+        handle->abort([] {});  // the training thread's failed call
+        sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(kExitDistributed), "hook ended the handle: no");
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ __device__ __forceinline__ void tile_range(const int64_t* __restrict__ offsets, 
 // kChans > 0: the channel count, accumulators in registers; kChans == 0: any count, the
 // accumulators in the output (each pixel is one thread's).
 template <typename scalar_t, int kChans>
-__global__ void rasterize_fwd_kernel(
+__global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_fwd_kernel(
     int64_t width, int64_t height, int64_t tiles_x, int64_t num_gaussians, int64_t num_isects,
     int64_t channels, int batch,
     const scalar_t* __restrict__ means,        // [N, 2]
@@ -160,7 +160,7 @@ __device__ __forceinline__ void add_reduced(scalar_t* target, scalar_t value, bo
 // from the back of the tile's list. kChans as in the forward kernel; with kChans == 0 the
 // per-pixel buffer S lives in `scratch` [H, W, C].
 template <typename scalar_t, int kChans>
-__global__ void rasterize_bwd_kernel(
+__global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_bwd_kernel(
     int64_t width, int64_t height, int64_t tiles_x, int64_t num_isects, int64_t channels,
     int batch,
     const scalar_t* __restrict__ means,          // [N, 2]

@@ -392,7 +392,7 @@ bench::BenchCommand add_nerf_bench(CLI::App& bench) {
       ->check(CLI::Range(1, 100000));
   sub->add_option("--precision", o->precision,
                   "fp32, bf16 or fp16: the Trainer's train.precision for the throughput case and "
-                  "autocast around the fixed-batch forward passes (bf16 and fp16 need CUDA; fp16 "
+                  "autocast around the fixed-batch forward passes (fp16 needs CUDA and its "
                   "steps use the loss scaler); every JSON line carries it")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
