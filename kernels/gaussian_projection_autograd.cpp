@@ -1,6 +1,7 @@
 // project_gaussians' entry point: input checks, the torch::autograd::Function that saves what
 // backward needs, and the dispatch between the CPU and CUDA implementations.
 #include "kernels/gaussian_projection.h"
+#include "kernels/device_dispatch.h"
 
 #include <torch/autograd.h>
 
@@ -40,17 +41,6 @@ void check_inputs(const torch::Tensor& means, const torch::Tensor& quats,
   TORCH_CHECK(cam.eps2d >= 0, "project_gaussians: eps2d must be >= 0, got ", cam.eps2d);
 }
 
-// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "project_gaussians: no implementation for device ", t.device(),
-              " in this build");
-  return false;
-}
-
 // Slots in the saved-variable list of ProjectGaussiansFunction.
 enum Saved { kMeans, kQuats, kScales, kViewmat, kRadii };
 
@@ -66,13 +56,10 @@ torch::autograd::variable_list ProjectGaussiansFunction::forward(
   const ProjectionCamera cam{fx, fy, cx, cy, width, height, near_plane, far_plane, eps2d};
   check_inputs(means, quats, scales, viewmat, cam);
   ProjectionOutput out;
-  if (use_cuda(means)) {
-#ifdef TESSERA_WITH_CUDA
-    out = cuda::project_gaussians_fwd(means, quats, scales, viewmat, cam);
-#endif
-  } else {
-    out = cpu::project_gaussians_fwd(means, quats, scales, viewmat, cam);
-  }
+  out = on_device(
+      "project_gaussians", means,
+      [&] { return cpu::project_gaussians_fwd(means, quats, scales, viewmat, cam); },
+      [&] { return cuda::project_gaussians_fwd(means, quats, scales, viewmat, cam); });
   ctx->save_for_backward({means, quats, scales, viewmat, out.radii});
   const double values[] = {fx, fy, cx, cy, near_plane, far_plane, eps2d};
   for (int i = 0; i < 7; ++i) ctx->saved_data[kCameraKeys[i]] = values[i];
@@ -97,15 +84,16 @@ torch::autograd::variable_list ProjectGaussiansFunction::backward(
   const torch::Tensor& v_depths = grad_outputs[2];
   const torch::Tensor& v_conics = grad_outputs[3];
   ProjectionGrads grads;
-  if (use_cuda(s[kMeans])) {
-#ifdef TESSERA_WITH_CUDA
-    grads = cuda::project_gaussians_bwd(s[kMeans], s[kQuats], s[kScales], s[kViewmat], cam,
-                                        s[kRadii], v_means2d, v_depths, v_conics);
-#endif
-  } else {
-    grads = cpu::project_gaussians_bwd(s[kMeans], s[kQuats], s[kScales], s[kViewmat], cam,
-                                       s[kRadii], v_means2d, v_depths, v_conics);
-  }
+  grads = on_device(
+      "project_gaussians", s[kMeans],
+      [&] {
+        return cpu::project_gaussians_bwd(s[kMeans], s[kQuats], s[kScales], s[kViewmat], cam,
+                                          s[kRadii], v_means2d, v_depths, v_conics);
+      },
+      [&] {
+        return cuda::project_gaussians_bwd(s[kMeans], s[kQuats], s[kScales], s[kViewmat], cam,
+                                           s[kRadii], v_means2d, v_depths, v_conics);
+      });
   // One gradient per forward input: means, quats, scales, viewmat, then the 9 numbers.
   torch::autograd::variable_list result(13);
   result[0] = grads.v_means;

@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include "kernels/gaussian_rasterize.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 
@@ -62,16 +63,6 @@ void check_inputs(const torch::Tensor& means2d, const torch::Tensor& conics,
                 background.device());
 }
 
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "rasterize_gaussians: no implementation for device ", t.device(),
-              " in this build");
-  return false;
-}
-
 // Slots in the saved-variable list. The background slot holds an undefined tensor when none.
 enum Saved {
   kMeans, kConics, kColors, kOpacities, kBackground, kOffsets, kIds, kLastIds, kTransmittance
@@ -87,15 +78,16 @@ torch::autograd::variable_list RasterizeGaussiansFunction::forward(
   check_inputs(means2d, conics, colors, opacities, background, tile_offsets, gaussian_ids, width,
                height, tile_size);
   RasterizeOutput out;
-  if (use_cuda(means2d)) {
-#ifdef TESSERA_WITH_CUDA
-    out = cuda::rasterize_gaussians_fwd(means2d, conics, colors, opacities, background,
-                                        tile_offsets, gaussian_ids, width, height, tile_size);
-#endif
-  } else {
-    out = cpu::rasterize_gaussians_fwd(means2d, conics, colors, opacities, background,
-                                       tile_offsets, gaussian_ids, width, height, tile_size);
-  }
+  out = on_device(
+      "rasterize_gaussians", means2d,
+      [&] {
+        return cpu::rasterize_gaussians_fwd(means2d, conics, colors, opacities, background,
+                                            tile_offsets, gaussian_ids, width, height, tile_size);
+      },
+      [&] {
+        return cuda::rasterize_gaussians_fwd(means2d, conics, colors, opacities, background,
+                                             tile_offsets, gaussian_ids, width, height, tile_size);
+      });
   ctx->save_for_backward({means2d, conics, colors, opacities, background, tile_offsets,
                           gaussian_ids, out.last_ids, out.transmittance});
   ctx->saved_data["width"] = width;
@@ -115,19 +107,20 @@ torch::autograd::variable_list RasterizeGaussiansFunction::backward(
   const torch::Tensor& v_colors = grad_outputs[0];
   const torch::Tensor& v_alphas = grad_outputs[1];
   RasterizeGrads g;
-  if (use_cuda(s[kMeans])) {
-#ifdef TESSERA_WITH_CUDA
-    g = cuda::rasterize_gaussians_bwd(s[kMeans], s[kConics], s[kColors], s[kOpacities],
-                                      s[kBackground], s[kOffsets], s[kIds], width, height,
-                                      tile_size, s[kLastIds], s[kTransmittance], v_colors,
-                                      v_alphas);
-#endif
-  } else {
-    g = cpu::rasterize_gaussians_bwd(s[kMeans], s[kConics], s[kColors], s[kOpacities],
-                                     s[kBackground], s[kOffsets], s[kIds], width, height,
-                                     tile_size, s[kLastIds], s[kTransmittance], v_colors,
-                                     v_alphas);
-  }
+  g = on_device(
+      "rasterize_gaussians", s[kMeans],
+      [&] {
+        return cpu::rasterize_gaussians_bwd(s[kMeans], s[kConics], s[kColors], s[kOpacities],
+                                            s[kBackground], s[kOffsets], s[kIds], width, height,
+                                            tile_size, s[kLastIds], s[kTransmittance], v_colors,
+                                            v_alphas);
+      },
+      [&] {
+        return cuda::rasterize_gaussians_bwd(s[kMeans], s[kConics], s[kColors], s[kOpacities],
+                                             s[kBackground], s[kOffsets], s[kIds], width, height,
+                                             tile_size, s[kLastIds], s[kTransmittance], v_colors,
+                                             v_alphas);
+      });
   // One gradient per forward input: means2d, conics, colors, opacities, background,
   // tile_offsets, gaussian_ids, width, height, tile_size.
   return {g.v_means2d,      g.v_conics,      g.v_colors,      g.v_opacities,   g.v_background,

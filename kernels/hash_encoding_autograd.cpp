@@ -1,6 +1,7 @@
 // hash_encoding's entry point: the level table from the config, input checks, the
 // torch::autograd::Function that saves what backward needs, and the CPU / CUDA dispatch.
 #include "kernels/hash_encoding.h"
+#include "kernels/device_dispatch.h"
 
 #include <torch/autograd.h>
 
@@ -39,16 +40,6 @@ void check_inputs(const torch::Tensor& positions, const torch::Tensor& embedding
               c.features_per_level, "] for this config, got ", embeddings.sizes());
   TORCH_CHECK(embeddings.device() == positions.device(), "hash_encoding: embeddings must be on ",
               positions.device(), " with positions, got ", embeddings.device());
-}
-
-// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "hash_encoding: no implementation for device ", t.device(), " in this build");
-  return false;
 }
 
 HashEncodingConfig config_from(const torch::autograd::AutogradContext& ctx) {
@@ -96,13 +87,10 @@ torch::autograd::variable_list HashEncodingFunction::forward(
   const std::vector<HashGridLevel> levels = hash_grid_levels(config);
   check_inputs(positions, embeddings, config);
   torch::Tensor encoded;
-  if (use_cuda(positions)) {
-#ifdef TESSERA_WITH_CUDA
-    encoded = cuda::hash_encoding_fwd(positions, embeddings, levels);
-#endif
-  } else {
-    encoded = cpu::hash_encoding_fwd(positions, embeddings, levels);
-  }
+  encoded = on_device(
+      "hash_encoding", positions,
+      [&] { return cpu::hash_encoding_fwd(positions, embeddings, levels); },
+      [&] { return cuda::hash_encoding_fwd(positions, embeddings, levels); });
   ctx->save_for_backward({positions});
   ctx->saved_data["levels"] = config.levels;
   ctx->saved_data["features_per_level"] = config.features_per_level;
@@ -120,15 +108,16 @@ torch::autograd::variable_list HashEncodingFunction::backward(
   const int64_t table_size = int64_t{1} << config.log2_hashmap_size;
   const torch::Tensor& v_encoded = grad_outputs[0];
   torch::Tensor v_embeddings;
-  if (use_cuda(positions)) {
-#ifdef TESSERA_WITH_CUDA
-    v_embeddings = cuda::hash_encoding_bwd(positions, levels, table_size,
-                                           config.features_per_level, v_encoded);
-#endif
-  } else {
-    v_embeddings = cpu::hash_encoding_bwd(positions, levels, table_size, config.features_per_level,
-                                          v_encoded);
-  }
+  v_embeddings = on_device(
+      "hash_encoding", positions,
+      [&] {
+        return cpu::hash_encoding_bwd(positions, levels, table_size, config.features_per_level,
+                                      v_encoded);
+      },
+      [&] {
+        return cuda::hash_encoding_bwd(positions, levels, table_size, config.features_per_level,
+                                       v_encoded);
+      });
   // One gradient per forward input: positions (none), embeddings, config.
   return {torch::Tensor(), v_embeddings, torch::Tensor()};
 }

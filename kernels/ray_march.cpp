@@ -1,6 +1,7 @@
 // ray_march's entry point: input checks (shapes, dtypes, devices, the box and the step sizes) and
 // the dispatch between the CPU and CUDA implementations.
 #include "kernels/ray_march.h"
+#include "kernels/device_dispatch.h"
 
 #include <cmath>
 
@@ -58,16 +59,6 @@ void check_box(const torch::Tensor& aabb) {  // [6] on the CPU
                 ": [", box[a], ", ", box[a + 3], "]");
 }
 
-// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "ray_march: no implementation for device ", t.device(), " in this build");
-  return false;
-}
-
 }  // namespace
 
 RayMarchOutput ray_march(const torch::Tensor& origins, const torch::Tensor& directions,
@@ -78,12 +69,10 @@ RayMarchOutput ray_march(const torch::Tensor& origins, const torch::Tensor& dire
   const torch::Tensor box = aabb.detach().to(torch::kCPU).contiguous();
   check_box(box);
   const torch::NoGradGuard no_grad;  // sampler outputs: no graph, whatever the inputs
-  if (use_cuda(origins)) {
-#ifdef TESSERA_WITH_CUDA
-    return cuda::ray_march_fwd(origins, directions, near, far, box, occupancy, params);
-#endif
-  }
-  return cpu::ray_march_fwd(origins, directions, near, far, box, occupancy, params);
+  return on_device(
+      "ray_march", origins,
+      [&] { return cpu::ray_march_fwd(origins, directions, near, far, box, occupancy, params); },
+      [&] { return cuda::ray_march_fwd(origins, directions, near, far, box, occupancy, params); });
 }
 
 }  // namespace tessera::kernels

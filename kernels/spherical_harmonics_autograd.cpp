@@ -1,6 +1,7 @@
 // spherical_harmonics' entry point: input checks, the torch::autograd::Function that saves what
 // backward needs, and the dispatch between the CPU and CUDA implementations.
 #include "kernels/spherical_harmonics.h"
+#include "kernels/device_dispatch.h"
 
 #include <torch/autograd.h>
 
@@ -32,17 +33,6 @@ void check_inputs(int64_t degree, const torch::Tensor& dirs, const torch::Tensor
               dirs.device(), ", got ", coeffs.device());
 }
 
-// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "spherical_harmonics: no implementation for device ", t.device(),
-              " in this build");
-  return false;
-}
-
 }  // namespace
 
 torch::autograd::variable_list SphericalHarmonicsFunction::forward(
@@ -50,13 +40,10 @@ torch::autograd::variable_list SphericalHarmonicsFunction::forward(
     const torch::Tensor& coeffs) {
   check_inputs(degree, dirs, coeffs);
   torch::Tensor colors;
-  if (use_cuda(dirs)) {
-#ifdef TESSERA_WITH_CUDA
-    colors = cuda::spherical_harmonics_fwd(degree, dirs, coeffs);
-#endif
-  } else {
-    colors = cpu::spherical_harmonics_fwd(degree, dirs, coeffs);
-  }
+  colors = on_device(
+      "spherical_harmonics", dirs,
+      [&] { return cpu::spherical_harmonics_fwd(degree, dirs, coeffs); },
+      [&] { return cuda::spherical_harmonics_fwd(degree, dirs, coeffs); });
   ctx->save_for_backward({dirs, coeffs});
   ctx->saved_data["degree"] = degree;
   return {colors};
@@ -68,13 +55,10 @@ torch::autograd::variable_list SphericalHarmonicsFunction::backward(
   const int64_t degree = ctx->saved_data["degree"].toInt();
   const torch::Tensor& v_colors = grad_outputs[0];  // materialized: defined
   SphericalHarmonicsGrads grads;
-  if (use_cuda(s[0])) {
-#ifdef TESSERA_WITH_CUDA
-    grads = cuda::spherical_harmonics_bwd(degree, s[0], s[1], v_colors);
-#endif
-  } else {
-    grads = cpu::spherical_harmonics_bwd(degree, s[0], s[1], v_colors);
-  }
+  grads = on_device(
+      "spherical_harmonics", s[0],
+      [&] { return cpu::spherical_harmonics_bwd(degree, s[0], s[1], v_colors); },
+      [&] { return cuda::spherical_harmonics_bwd(degree, s[0], s[1], v_colors); });
   // One gradient per forward input: degree, dirs, coeffs.
   return {torch::Tensor(), grads.v_dirs, grads.v_coeffs};
 }

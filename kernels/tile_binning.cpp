@@ -1,6 +1,7 @@
 // tile_binning's entry point: input checks (shapes, dtypes, devices, image and tile sizes) and the
 // dispatch between the CPU and CUDA implementations.
 #include "kernels/tile_binning.h"
+#include "kernels/device_dispatch.h"
 
 #include <torch/autograd.h>
 
@@ -48,15 +49,6 @@ void check_inputs(const torch::Tensor& means2d, const torch::Tensor& radii,
   }
 }
 
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "bin_gaussians: no implementation for device ", t.device(), " in this build");
-  return false;
-}
-
 }  // namespace
 
 TileBins bin_gaussians(const torch::Tensor& means2d, const torch::Tensor& radii,
@@ -65,12 +57,10 @@ TileBins bin_gaussians(const torch::Tensor& means2d, const torch::Tensor& radii,
   check_inputs(means2d, radii, depths, width, height, tile_size, tile_mask);
   const torch::NoGradGuard no_grad;  // integer outputs: no graph, whatever the inputs
   const torch::Tensor m = means2d.detach(), d = depths.detach();
-  if (use_cuda(means2d)) {
-#ifdef TESSERA_WITH_CUDA
-    return cuda::bin_gaussians_fwd(m, radii, d, width, height, tile_size, tile_mask);
-#endif
-  }
-  return cpu::bin_gaussians_fwd(m, radii, d, width, height, tile_size, tile_mask);
+  return on_device(
+      "bin_gaussians", means2d,
+      [&] { return cpu::bin_gaussians_fwd(m, radii, d, width, height, tile_size, tile_mask); },
+      [&] { return cuda::bin_gaussians_fwd(m, radii, d, width, height, tile_size, tile_mask); });
 }
 
 }  // namespace tessera::kernels

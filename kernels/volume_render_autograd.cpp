@@ -1,6 +1,7 @@
 // volume_render's entry point: input checks, the torch::autograd::Function that saves what
 // backward needs, and the dispatch between the CPU and CUDA implementations.
 #include "kernels/volume_render.h"
+#include "kernels/device_dispatch.h"
 
 #include <torch/autograd.h>
 
@@ -40,16 +41,6 @@ void check_inputs(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
               transmittance_threshold);
 }
 
-// True for CUDA tensors in a build with the CUDA kernels, false for CPU tensors; throws otherwise.
-bool use_cuda(const torch::Tensor& t) {
-  if (t.is_cpu()) return false;
-#ifdef TESSERA_WITH_CUDA
-  if (t.is_cuda()) return true;
-#endif
-  TORCH_CHECK(false, "volume_render: no implementation for device ", t.device(), " in this build");
-  return false;
-}
-
 // Slots in the saved-variable list of VolumeRenderFunction.
 enum Saved { kSigmas, kRgbs, kDeltas, kTs, kOffsets, kRgb, kOpacity, kDepth, kWeights, kNumSteps };
 
@@ -61,13 +52,16 @@ torch::autograd::variable_list VolumeRenderFunction::forward(
     double transmittance_threshold) {
   check_inputs(sigmas, rgbs, deltas, ts, ray_offsets, transmittance_threshold);
   VolumeRenderOutput out;
-  if (use_cuda(sigmas)) {
-#ifdef TESSERA_WITH_CUDA
-    out = cuda::volume_render_fwd(sigmas, rgbs, deltas, ts, ray_offsets, transmittance_threshold);
-#endif
-  } else {
-    out = cpu::volume_render_fwd(sigmas, rgbs, deltas, ts, ray_offsets, transmittance_threshold);
-  }
+  out = on_device(
+      "volume_render", sigmas,
+      [&] {
+        return cpu::volume_render_fwd(sigmas, rgbs, deltas, ts, ray_offsets,
+                                      transmittance_threshold);
+      },
+      [&] {
+        return cuda::volume_render_fwd(sigmas, rgbs, deltas, ts, ray_offsets,
+                                       transmittance_threshold);
+      });
   ctx->save_for_backward({sigmas, rgbs, deltas, ts, ray_offsets, out.rgb, out.opacity, out.depth,
                           out.weights, out.num_steps});
   ctx->mark_non_differentiable({out.num_steps});
@@ -84,17 +78,18 @@ torch::autograd::variable_list VolumeRenderFunction::backward(
   const torch::Tensor& v_depth = grad_outputs[2];
   const torch::Tensor& v_weights = grad_outputs[3];
   VolumeRenderGrads grads;
-  if (use_cuda(s[kSigmas])) {
-#ifdef TESSERA_WITH_CUDA
-    grads = cuda::volume_render_bwd(s[kSigmas], s[kRgbs], s[kDeltas], s[kTs], s[kOffsets], s[kRgb],
-                                    s[kOpacity], s[kDepth], s[kWeights], s[kNumSteps], v_rgb,
-                                    v_opacity, v_depth, v_weights);
-#endif
-  } else {
-    grads = cpu::volume_render_bwd(s[kSigmas], s[kRgbs], s[kDeltas], s[kTs], s[kOffsets], s[kRgb],
-                                   s[kOpacity], s[kDepth], s[kWeights], s[kNumSteps], v_rgb,
-                                   v_opacity, v_depth, v_weights);
-  }
+  grads = on_device(
+      "volume_render", s[kSigmas],
+      [&] {
+        return cpu::volume_render_bwd(s[kSigmas], s[kRgbs], s[kDeltas], s[kTs], s[kOffsets],
+                                      s[kRgb], s[kOpacity], s[kDepth], s[kWeights], s[kNumSteps],
+                                      v_rgb, v_opacity, v_depth, v_weights);
+      },
+      [&] {
+        return cuda::volume_render_bwd(s[kSigmas], s[kRgbs], s[kDeltas], s[kTs], s[kOffsets],
+                                       s[kRgb], s[kOpacity], s[kDepth], s[kWeights], s[kNumSteps],
+                                       v_rgb, v_opacity, v_depth, v_weights);
+      });
   // One gradient per forward input: sigmas, rgbs, deltas, ts, ray_offsets, threshold.
   return {grads.v_sigmas, grads.v_rgbs, torch::Tensor(), torch::Tensor(), torch::Tensor(),
           torch::Tensor()};

@@ -1,6 +1,8 @@
 // CPU hash_encoding_fwd / hash_encoding_bwd: forward splits points across threads; backward splits
 // levels across threads and walks the points in order, so gradients are bitwise deterministic.
+// The cell, row and weight math is kernels/hash_grid_math.h, shared with CUDA.
 #include "kernels/hash_encoding.h"
+#include "kernels/hash_grid_math.h"
 
 #include <ATen/Parallel.h>
 
@@ -18,52 +20,18 @@ namespace {
 // 64 tasks, enough for every core.
 constexpr int64_t kLookupsPerTask = 1 << 14;
 
-// The cell of one point on one level: the corner vertex and the fractions along each axis.
-struct Cell {
-  uint32_t x, y, z;  // lower corner, each in [0, N_l - 1]
-  float fx, fy, fz;  // in [0, 1]
-};
+using hash_grid::Cell;
+using hash_grid::cell_of;
 
-// Clamps to [0, 1] (NaN fails v > 0 and becomes 0, as fmax / fmin would make it), scales by N_l
-// in float32, and keeps x = 1 in the last cell with fraction 1. Comparisons rather than
-// std::fmin / std::fmax, which GCC leaves as library calls (4% of a nerf-hash training step).
-inline float clamp_unit(float v) { return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f; }
-
-inline void cell_axis(float unit, float resolution, uint32_t& corner, float& frac) {
-  const float pos = unit * resolution;
-  // pos is in [0, N_l] with N_l <= 2^24: truncation is floor, exactly, without a library call.
-  const float floor_pos = static_cast<float>(static_cast<int32_t>(pos));
-  const float lower = floor_pos < resolution - 1.0f ? floor_pos : resolution - 1.0f;
-  corner = static_cast<uint32_t>(lower);
-  frac = pos - lower;
-}
-
-inline Cell cell_of(const float* p, float resolution) {
-  Cell c;
-  cell_axis(clamp_unit(p[0]), resolution, c.x, c.fx);
-  cell_axis(clamp_unit(p[1]), resolution, c.y, c.fy);
-  cell_axis(clamp_unit(p[2]), resolution, c.z, c.fz);
-  return c;
-}
-
-// The row of vertex (x, y, z); see HashGridLevel. stride = N_l + 1.
-inline uint32_t row_of(uint32_t x, uint32_t y, uint32_t z, uint32_t stride, bool dense,
-                       uint32_t mask) {
-  if (dense) return x + y * stride + z * stride * stride;
-  return (x ^ (y * kHashPrimeY) ^ (z * kHashPrimeZ)) & mask;
-}
-
-// Calls visit(row, weight) for the 8 vertices of the cell; vertex k has offset (k & 1, k >> 1 & 1,
-// k >> 2 & 1), weight wx * wy * wz.
+// Calls visit(row, weight) for the 8 vertices of the cell (hash_grid::vertex).
 template <typename Visit>
 inline void for_each_vertex(const Cell& c, uint32_t stride, bool dense, uint32_t mask,
                             Visit&& visit) {
   for (uint32_t k = 0; k < 8; ++k) {
-    const uint32_t dx = k & 1, dy = (k >> 1) & 1, dz = (k >> 2) & 1;
-    const float wx = dx ? c.fx : 1.0f - c.fx;
-    const float wy = dy ? c.fy : 1.0f - c.fy;
-    const float wz = dz ? c.fz : 1.0f - c.fz;
-    visit(row_of(c.x + dx, c.y + dy, c.z + dz, stride, dense, mask), wx * wy * wz);
+    uint32_t row;
+    float w;
+    hash_grid::vertex(c, k, stride, dense, mask, row, w);
+    visit(row, w);
   }
 }
 
@@ -90,7 +58,7 @@ void encode_points(const float* __restrict__ positions,   // [N, 3]
         float acc[kF] = {};
         for_each_vertex(c, stride, levels[l].dense, mask, [&](uint32_t row, float w) {
           const float* e = table + static_cast<int64_t>(row) * kF;
-          for (int f = 0; f < kF; ++f) acc[f] += w * e[f];
+          for (int f = 0; f < kF; ++f) acc[f] = hd_add_rn(acc[f], hd_mul_rn(w, e[f]));
         });
         for (int f = 0; f < kF; ++f) out[l * kF + f] = acc[f];
       } else {
@@ -98,7 +66,7 @@ void encode_points(const float* __restrict__ positions,   // [N, 3]
         for (int64_t f = 0; f < F; ++f) acc[f] = 0.0f;
         for_each_vertex(c, stride, levels[l].dense, mask, [&](uint32_t row, float w) {
           const float* e = table + static_cast<int64_t>(row) * F;
-          for (int64_t f = 0; f < F; ++f) acc[f] += w * e[f];
+          for (int64_t f = 0; f < F; ++f) acc[f] = hd_add_rn(acc[f], hd_mul_rn(w, e[f]));
         });
       }
     }
@@ -123,7 +91,7 @@ void backprop_level(const float* __restrict__ positions,  // [N, 3]
     const float* g = v_encoded + (n * num_levels + level) * F;
     for_each_vertex(c, stride, grid.dense, mask, [&](uint32_t row, float w) {
       float* v = v_table + static_cast<int64_t>(row) * F;
-      for (int64_t f = 0; f < F; ++f) v[f] += w * g[f];
+      for (int64_t f = 0; f < F; ++f) v[f] = hd_add_rn(v[f], hd_mul_rn(w, g[f]));
     });
   }
 }

@@ -1,6 +1,6 @@
 // CPU volume_render_fwd / volume_render_bwd: a vectorized exp over all samples, then one sequential
-// front-to-back pass per ray, rays split across threads by at::parallel_for. Backward recomputes
-// transmittance instead of storing it.
+// front-to-back pass per ray (kernels/volume_render_math.h, shared with CUDA), rays split across
+// threads by at::parallel_for. Backward recomputes transmittance instead of storing it.
 #include "kernels/volume_render.h"
 
 #include <ATen/Dispatch.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "kernels/tensor_args.h"
+#include "kernels/volume_render_math.h"
 
 namespace tessera::kernels::cpu {
 
@@ -60,7 +61,7 @@ void composite_rays(const scalar_t* __restrict__ rgbs,     // [S, 3]
                     scalar_t* __restrict__ out_rgb,        // [R, 3]
                     scalar_t* __restrict__ out_opacity,    // [R]
                     scalar_t* __restrict__ out_depth,      // [R]
-                    scalar_t* __restrict__ out_weights,    // [S]
+                    scalar_t* out_weights,                 // [S]
                     int64_t* __restrict__ out_num_steps) { // [R]
   const int64_t grain = rays_per_task(num_rays, num_samples);
   at::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
@@ -68,38 +69,16 @@ void composite_rays(const scalar_t* __restrict__ rgbs,     // [S, 3]
       const int64_t first = offsets[ray];
       const int64_t last = offsets[ray + 1];
       check_ray(ray, first, last, num_samples);
-      scalar_t transmittance = 1, r = 0, g = 0, b = 0, depth = 0, opacity = 0;
-      int64_t i = first;
-      while (i < last) {
-        const scalar_t survive = out_weights[i];  // 1 - alpha
-        const scalar_t w = transmittance * (1 - survive);
-        out_weights[i] = w;
-        r += w * rgbs[3 * i + 0];
-        g += w * rgbs[3 * i + 1];
-        b += w * rgbs[3 * i + 2];
-        depth += w * ts[i];
-        opacity += w;
-        transmittance *= survive;
-        ++i;
-        if (transmittance < threshold) break;
-      }
-      out_num_steps[ray] = i - first;
-      std::fill(out_weights + i, out_weights + last, scalar_t{0});
-      out_rgb[3 * ray + 0] = r;
-      out_rgb[3 * ray + 1] = g;
-      out_rgb[3 * ray + 2] = b;
-      out_opacity[ray] = opacity;
-      out_depth[ray] = depth;
+      const auto c = volume_math::composite_ray<scalar_t>(
+          first, last, threshold, [&](int64_t i) { return out_weights[i]; }, rgbs, ts,
+          out_weights);
+      volume_math::store_ray(c, ray, out_rgb, out_opacity, out_depth, out_num_steps);
     }
   });
 }
 
-// Per ray, with g_i = v_rgb . rgb_i + v_opacity + v_depth * t_i + v_weights_i the gradient of the
-// loss with respect to w_i, and L = sum_i w_i g_i:
-//   dL/dsigma_i = delta_i * (T_{i+1} * g_i - sum_{j > i} w_j g_j),   dL/drgb_i = w_i * v_rgb,
-// where T_{i+1} is the transmittance after sample i. The suffix sum is total - prefix, with the
-// total taken from the saved ray outputs (and the saved weights for the v_weights term).
-// v_sigmas holds exp(-sigma_i * delta_i) on entry (survival_into) and the gradient on exit.
+// volume_math::backprop_ray per ray. v_sigmas holds exp(-sigma_i * delta_i) on entry
+// (survival_into) and the gradient on exit.
 template <typename scalar_t>
 void backprop_rays(const scalar_t* __restrict__ rgbs,       // [S, 3]
                    const scalar_t* __restrict__ deltas,     // [S]
@@ -115,7 +94,7 @@ void backprop_rays(const scalar_t* __restrict__ rgbs,       // [S, 3]
                    const scalar_t* __restrict__ v_depth,    // [R] or null
                    const scalar_t* __restrict__ v_weights,  // [S] or null
                    int64_t num_rays, int64_t num_samples,
-                   scalar_t* __restrict__ v_sigmas,         // [S]
+                   scalar_t* v_sigmas,                      // [S]
                    scalar_t* __restrict__ v_rgbs) {         // [S, 3]
   const int64_t grain = rays_per_task(num_rays, num_samples);
   at::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
@@ -126,31 +105,10 @@ void backprop_rays(const scalar_t* __restrict__ rgbs,       // [S, 3]
       const int64_t stop = first + num_steps[ray];
       TORCH_CHECK(first <= stop && stop <= last, "volume_render_bwd: num_steps[", ray, "] = ",
                   num_steps[ray], " does not fit the ray's ", last - first, " samples");
-      const scalar_t vr = v_rgb ? v_rgb[3 * ray + 0] : 0;
-      const scalar_t vg = v_rgb ? v_rgb[3 * ray + 1] : 0;
-      const scalar_t vb = v_rgb ? v_rgb[3 * ray + 2] : 0;
-      const scalar_t vo = v_opacity ? v_opacity[ray] : 0;
-      const scalar_t vd = v_depth ? v_depth[ray] : 0;
-      scalar_t total = vr * rgb[3 * ray + 0] + vg * rgb[3 * ray + 1] + vb * rgb[3 * ray + 2] +
-                       vo * opacity[ray] + vd * depth[ray];
-      if (v_weights)
-        for (int64_t i = first; i < stop; ++i) total += v_weights[i] * weights[i];
-
-      scalar_t transmittance = 1, prefix = 0;
-      for (int64_t i = first; i < stop; ++i) {
-        const scalar_t survive = v_sigmas[i];
-        const scalar_t w = transmittance * (1 - survive);
-        transmittance *= survive;  // now T_{i+1}
-        const scalar_t g_i = vr * rgbs[3 * i + 0] + vg * rgbs[3 * i + 1] + vb * rgbs[3 * i + 2] +
-                             vo + vd * ts[i] + (v_weights ? v_weights[i] : scalar_t{0});
-        prefix += w * g_i;
-        v_sigmas[i] = deltas[i] * (transmittance * g_i - (total - prefix));
-        v_rgbs[3 * i + 0] = w * vr;
-        v_rgbs[3 * i + 1] = w * vg;
-        v_rgbs[3 * i + 2] = w * vb;
-      }
-      std::fill(v_sigmas + stop, v_sigmas + last, scalar_t{0});
-      std::fill(v_rgbs + 3 * stop, v_rgbs + 3 * last, scalar_t{0});
+      volume_math::backprop_ray<scalar_t>(
+          first, stop, last, [&](int64_t i) { return v_sigmas[i]; },
+          volume_math::ray_cotangent(ray, v_rgb, v_opacity, v_depth), rgb + 3 * ray,
+          opacity[ray], depth[ray], rgbs, deltas, ts, weights, v_weights, v_sigmas, v_rgbs);
     }
   });
 }

@@ -1,5 +1,6 @@
 // CUDA hash_encoding_fwd / hash_encoding_bwd: one thread per (point, level), as in instant-ngp;
-// backward scatters into the table with float atomicAdd.
+// backward scatters into the table with float atomicAdd. The cell, row and weight math is
+// kernels/hash_grid_math.h, shared with the CPU.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -7,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/hash_encoding.h"
+#include "kernels/hash_grid_math.h"
 
 namespace tessera::kernels::cuda {
 
@@ -35,46 +37,9 @@ Levels device_levels(const std::vector<HashGridLevel>& levels, int64_t table_siz
   return d;
 }
 
-// The same cell and row arithmetic as the CPU implementation (kernels/cpu/hash_encoding.cpp), in
-// float32 without contraction, so both pick the same cells.
-__device__ __forceinline__ void cell_axis(float unit, float resolution, uint32_t& corner,
-                                          float& frac) {
-  const float u = fminf(fmaxf(unit, 0.0f), 1.0f);  // NaN -> 0
-  const float pos = __fmul_rn(u, resolution);
-  const float lower = fminf(floorf(pos), resolution - 1.0f);
-  corner = static_cast<uint32_t>(lower);
-  frac = pos - lower;
-}
-
-__device__ __forceinline__ uint32_t row_of(uint32_t x, uint32_t y, uint32_t z, uint32_t stride,
-                                           bool dense, uint32_t mask) {
-  if (dense) return x + y * stride + z * stride * stride;
-  return (x ^ (y * kHashPrimeY) ^ (z * kHashPrimeZ)) & mask;
-}
-
-struct Cell {
-  uint32_t x, y, z;
-  float fx, fy, fz;
-};
-
-__device__ __forceinline__ Cell cell_of(const float* __restrict__ p, float resolution) {
-  Cell c;
-  cell_axis(p[0], resolution, c.x, c.fx);
-  cell_axis(p[1], resolution, c.y, c.fy);
-  cell_axis(p[2], resolution, c.z, c.fz);
-  return c;
-}
-
-// Vertex k of the cell: offset (k & 1, k >> 1 & 1, k >> 2 & 1), weight wx * wy * wz.
-__device__ __forceinline__ void vertex(const Cell& c, uint32_t k, uint32_t stride, bool dense,
-                                       uint32_t mask, uint32_t& row, float& w) {
-  const uint32_t dx = k & 1, dy = (k >> 1) & 1, dz = (k >> 2) & 1;
-  const float wx = dx ? c.fx : 1.0f - c.fx;
-  const float wy = dy ? c.fy : 1.0f - c.fy;
-  const float wz = dz ? c.fz : 1.0f - c.fz;
-  w = __fmul_rn(__fmul_rn(wx, wy), wz);
-  row = row_of(c.x + dx, c.y + dy, c.z + dz, stride, dense, mask);
-}
+using hash_grid::Cell;
+using hash_grid::cell_of;
+using hash_grid::vertex;
 
 // kF > 0: F known at compile time (1, 2, 4, 8), features kept in registers; kF == 0: runtime F.
 template <int kF>

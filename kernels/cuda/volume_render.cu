@@ -1,5 +1,6 @@
-// CUDA volume_render_fwd / volume_render_bwd: one thread per ray walks its samples front to back,
-// as in nerfacc and instant-ngp. Backward recomputes transmittance instead of storing it.
+// CUDA volume_render_fwd / volume_render_bwd: one thread per ray walks its samples front to back
+// (kernels/volume_render_math.h, shared with the CPU), as in nerfacc and instant-ngp. Backward
+// recomputes transmittance instead of storing it.
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -7,6 +8,7 @@
 
 #include "kernels/tensor_args.h"
 #include "kernels/volume_render.h"
+#include "kernels/volume_render_math.h"
 
 namespace tessera::kernels::cuda {
 
@@ -48,38 +50,19 @@ __global__ void volume_render_fwd_kernel(
     scalar_t* __restrict__ out_rgb,       // [R, 3]
     scalar_t* __restrict__ out_opacity,   // [R]
     scalar_t* __restrict__ out_depth,     // [R]
-    scalar_t* __restrict__ out_weights,   // [S]
+    scalar_t* out_weights,                // [S]
     int64_t* __restrict__ out_num_steps) {  // [R]
   const int64_t ray = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (ray >= num_rays) return;
   int64_t first, last;
   ray_bounds(offsets, ray, num_rays, num_samples, first, last);
-  scalar_t transmittance = 1, r = 0, g = 0, b = 0, depth = 0, opacity = 0;
-  int64_t i = first;
-  while (i < last) {
-    const scalar_t survive = exp_neg(sigmas[i] * deltas[i]);  // 1 - alpha
-    const scalar_t w = transmittance * (1 - survive);
-    out_weights[i] = w;
-    r += w * rgbs[3 * i + 0];
-    g += w * rgbs[3 * i + 1];
-    b += w * rgbs[3 * i + 2];
-    depth += w * ts[i];
-    opacity += w;
-    transmittance *= survive;
-    ++i;
-    if (transmittance < threshold) break;
-  }
-  out_num_steps[ray] = i - first;
-  for (; i < last; ++i) out_weights[i] = 0;
-  out_rgb[3 * ray + 0] = r;
-  out_rgb[3 * ray + 1] = g;
-  out_rgb[3 * ray + 2] = b;
-  out_opacity[ray] = opacity;
-  out_depth[ray] = depth;
+  const auto c = volume_math::composite_ray<scalar_t>(
+      first, last, threshold, [&](int64_t i) { return exp_neg(sigmas[i] * deltas[i]); }, rgbs, ts,
+      out_weights);
+  volume_math::store_ray(c, ray, out_rgb, out_opacity, out_depth, out_num_steps);
 }
 
-// The reverse formula of the CPU implementation (kernels/cpu/volume_render.cpp), per ray:
-//   dL/dsigma_i = delta_i * (T_{i+1} * g_i - (total - prefix_i)),   dL/drgb_i = w_i * v_rgb.
+// volume_math::backprop_ray, the reverse of the forward, per ray.
 template <typename scalar_t>
 __global__ void volume_render_bwd_kernel(
     int64_t num_rays, int64_t num_samples,
@@ -97,7 +80,7 @@ __global__ void volume_render_bwd_kernel(
     const scalar_t* __restrict__ v_opacity,  // [R] or null
     const scalar_t* __restrict__ v_depth,    // [R] or null
     const scalar_t* __restrict__ v_weights,  // [S] or null
-    scalar_t* __restrict__ v_sigmas,         // [S]
+    scalar_t* v_sigmas,                      // [S]
     scalar_t* __restrict__ v_rgbs) {         // [S, 3]
   const int64_t ray = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (ray >= num_rays) return;
@@ -106,35 +89,10 @@ __global__ void volume_render_bwd_kernel(
   const int64_t stop = first + num_steps[ray];
   CUDA_KERNEL_ASSERT_MSG(first <= stop && stop <= last,
                          "volume_render_bwd: num_steps does not fit the ray");
-  const scalar_t vr = v_rgb ? v_rgb[3 * ray + 0] : scalar_t{0};
-  const scalar_t vg = v_rgb ? v_rgb[3 * ray + 1] : scalar_t{0};
-  const scalar_t vb = v_rgb ? v_rgb[3 * ray + 2] : scalar_t{0};
-  const scalar_t vo = v_opacity ? v_opacity[ray] : scalar_t{0};
-  const scalar_t vd = v_depth ? v_depth[ray] : scalar_t{0};
-  scalar_t total = vr * rgb[3 * ray + 0] + vg * rgb[3 * ray + 1] + vb * rgb[3 * ray + 2] +
-                   vo * opacity[ray] + vd * depth[ray];
-  if (v_weights)
-    for (int64_t i = first; i < stop; ++i) total += v_weights[i] * weights[i];
-
-  scalar_t transmittance = 1, prefix = 0;
-  for (int64_t i = first; i < stop; ++i) {
-    const scalar_t survive = exp_neg(sigmas[i] * deltas[i]);
-    const scalar_t w = transmittance * (1 - survive);
-    transmittance *= survive;  // now T_{i+1}
-    const scalar_t g_i = vr * rgbs[3 * i + 0] + vg * rgbs[3 * i + 1] + vb * rgbs[3 * i + 2] + vo +
-                         vd * ts[i] + (v_weights ? v_weights[i] : scalar_t{0});
-    prefix += w * g_i;
-    v_sigmas[i] = deltas[i] * (transmittance * g_i - (total - prefix));
-    v_rgbs[3 * i + 0] = w * vr;
-    v_rgbs[3 * i + 1] = w * vg;
-    v_rgbs[3 * i + 2] = w * vb;
-  }
-  for (int64_t i = stop; i < last; ++i) {
-    v_sigmas[i] = 0;
-    v_rgbs[3 * i + 0] = 0;
-    v_rgbs[3 * i + 1] = 0;
-    v_rgbs[3 * i + 2] = 0;
-  }
+  volume_math::backprop_ray<scalar_t>(
+      first, stop, last, [&](int64_t i) { return exp_neg(sigmas[i] * deltas[i]); },
+      volume_math::ray_cotangent(ray, v_rgb, v_opacity, v_depth), rgb + 3 * ray, opacity[ray],
+      depth[ray], rgbs, deltas, ts, weights, v_weights, v_sigmas, v_rgbs);
 }
 
 unsigned blocks_for(int64_t num_rays) {
