@@ -464,40 +464,46 @@ def section_diffusion(raw, cmds, plots, doc_dir):
 
 GPU_SECTION = """## GPU check
 
-The figures above are CPU figures. `launch/gpu-check` builds Tessera on the lent GPU machine (one
-H200; torch 2.11 + CUDA 13.0, nvcc and CMake preinstalled, no network, no Debian packages of ours)
-and runs the CUDA tests and GPU benchmarks there, within 8 minutes:
+The figures above are CPU figures. `launch/gpu-check` runs the CUDA tests and GPU benchmarks on the
+lent GPU machine (one H200; torch 2.11 + CUDA 13.0, nvcc and CMake preinstalled, no network, no
+Debian packages of ours) from a bundle built here, so that its minutes go to running, not
+compiling (each `.cu` takes minutes), all within 7 minutes:
 
 ```bash
-launch/gpu-check-prepare                # here, with network: .debs into .gpu-debs/ (git-ignored, ~22 MiB)
-launch/gpu-check /tmp/gpucheck --dry-run  # here: every step up to the first that needs a GPU
-# on the GPU machine (device tool, from the repository root): carry [".gpu-debs"]
-launch/gpu-check $OUT
+launch/gpu-check-prepare                          # here, with network: build + pack .gpu-bundle/
+launch/gpu-check .gpu-bundle /tmp/gc --dry-run    # here: every step up to the first that needs a GPU
+# on the GPU machine, with the device tool, from the repository root:
+#   run(command="launch/gpu-check .gpu-bundle $OUT", carry=[".gpu-bundle"], timeout_s=560)
 ```
 
-- `gpu-check-prepare` runs `apt-get download` for OpenMPI, HDF5 (OpenMPI flavour), TOML++, spdlog,
-  fmt, CLI11, nlohmann-json, GoogleTest, Google Benchmark, stb, ninja and pkgconf, and the shared
-  libraries OpenMPI, its plugins and HDF5 load (`--list` prints them). The GPU machine's own libc,
-  libstdc++ and compiler are used.
-- `gpu-check OUT_DIR` then runs these steps, each under `timeout`, within `--budget` (480 s):
-  `env` (GPU, driver, nvcc, compiler, CMake, torch), `debs` (all present), `unpack` (`dpkg -x` into a
-  prefix; `.pc` files relocated, OpenMPI relocated with `OPAL_PREFIX`, the alternatives' links made,
-  a library the machine already has used in place of the Debian 12 copy), `configure` (Ninja,
-  `TESSERA_PYTHON` = the preinstalled python with torch, `TESSERA_CUDA=ON`, every Debian dependency
-  checked to come from the prefix), `build` (all cores; `tessera` and only the test binaries with
-  CUDA cases), `tests` (`ctest -L cuda`, then the CUDA-vs-CPU cases of the other test binaries, e.g.
-  `test_checkpoint`'s), `bench` (`tessera bench nerf --precision fp32|bf16|fp16` on CUDA:
-  throughput, peak memory with and without checkpointing from the caching allocator,
-  accumulation; every JSON line carries its precision), `bench-gaussians-1m` and
-  `bench-gaussians-10m` (`tessera bench gaussians --device cuda` at 1M and 10M Gaussians: step
-  time and caching-allocator peak). Each bench step runs even when an earlier one failed. The
-  kernel Google Benchmarks are CPU-only.
+- `gpu-check-prepare` makes `.gpu-bundle/` (git-ignored; about 40 MiB, checked to stay under the
+  device tool's 64 MiB with the working tree): `debs/`, the `apt-get download` of OpenMPI, HDF5
+  (OpenMPI flavour), TOML++, spdlog, fmt, stb and the libraries they load, with the headers and
+  tools a build there would need (`--list` prints them); `bin/`, `tessera` and every test binary
+  with CUDA or NCCL cases, built here for sm_90 against the pinned torch, stripped, with a RUNPATH
+  to the unpacked .debs and the GPU machine's torch wheel (`/opt/torch/.venv/...`: torch, NCCL and
+  the CUDA runtime of the wheel); `tests.tsv`, each binary's CUDA filter and the number of cases it
+  lists here; `manifest.txt`, commit, torch, CUDA architectures and checksums.
+- `gpu-check BUNDLE OUT_DIR` runs these steps, each under `timeout`, within `--budget` (420 s):
+  `env`; `bundle` (whole, and built against this machine's torch: otherwise it compiles there
+  instead, the second mode, also `--build`); `unpack` (`dpkg -x` into `/tmp/tessera-gpu-prefix`,
+  OpenMPI relocated with `OPAL_PREFIX`, a library the machine already has used in place of the
+  Debian 12 copy); `libs` (`ldd` of every binary finds everything); `cases` (every binary lists
+  the cases `tests.tsv` recorded); `tests` (each binary's CUDA cases under `mpiexec -n 1` with
+  `TESSERA_REQUIRE_CUDA=1`, so a case that would skip fails; every case recorded must run, none
+  skip or fail; the NCCL, gradient-sync and trainer cases also on every GPU where there are
+  several); `bench-nerf` (`tessera bench nerf` throughput in fp32, bf16, fp16);
+  `bench-checkpoint` (checkpoint policies and accumulation: step time and caching-allocator
+  peak); `bench-gaussians-1m`, `bench-gaussians-10m` (`tessera bench gaussians --device cuda`);
+  `bench-diffusion` (fp32, bf16); `sanitizer` (compute-sanitizer memcheck, then racecheck, over
+  the kernels' CUDA cases, while at least 60 s are left). Each bench step runs even when an
+  earlier one failed.
 - `OUT_DIR` gets at most the 8 files the device tool brings back: `summary.md`, `summary.json`,
-  `bench-nerf-cuda.jsonl`, `bench-gaussians-cuda.jsonl`, `ctest-cuda.xml` and `details.tar.gz`
-  (every step's log). Exit 0 when
-  every step passed, 1 when one failed, 2 on bad arguments or missing .debs.
-- `--dry-run` does `env`, `debs`, `unpack` (into a temporary prefix) and `configure` here, then stops
-  with a message before `build`. `launch/bench-report --gpu-results OUT_DIR` puts a GPU run's summary
+  `tests-cuda.txt`, `bench-nerf-cuda.jsonl`, `bench-gaussians-cuda.jsonl`,
+  `bench-diffusion-cuda.jsonl` and `details.tar.gz` (every step's log, each binary's JUnit XML).
+  Exit 0 when every step passed, 1 when one failed, 2 on bad arguments or an incomplete bundle.
+- `--dry-run` does `env`, `bundle`, `unpack` (into a temporary prefix), `libs` and `cases` here,
+  then stops before `tests`. `launch/bench-report --gpu-results OUT_DIR` puts a GPU run's summary
   into this document.
 """
 
