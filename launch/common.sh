@@ -33,3 +33,16 @@ tessera_mpirun_flags() {
   if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
   echo "${flags[@]}"
 }
+
+# The GPU check's CUDA test cases: the gtest filter that selects them (cases named Cuda/Nccl, and
+# the suites parameterized by backend, whose NCCL instances end in /nccl), and the test sources
+# that have any (launch/gpu-check-prepare bundles those binaries; launch/gpu-check --build builds them).
+TESSERA_CUDA_TEST_FILTER='*Cuda*:*CUDA*:*Nccl*:*NCCL*:*/nccl'
+tessera_cuda_test_binaries() {  # prints the test binary names, one per line
+  local src
+  for src in "$TESSERA_ROOT"/tests/test_*.cpp; do
+    if grep -qE 'TEST(_F|_P)?\([^)]*(Cuda|CUDA|Nccl|NCCL)|Values\([^)]*"nccl"' "$src"; then
+      basename "$src" .cpp
+    fi
+  done
+}
