@@ -77,9 +77,9 @@ torch::Tensor phase_mark(const torch::Tensor& x, PhaseTimer* timer, const std::s
 PhaseTimes median_phases(const std::vector<PhaseTimes>& steps) {
   PhaseTimes out;
   for (const PhaseTimes& step : steps)
-    for (const auto& [name, seconds] : step)
-      if (std::none_of(out.begin(), out.end(), [&](const auto& p) { return p.first == name; }))
-        out.emplace_back(name, 0.0);
+    for (const auto& phase : step)  // (a lambda may not capture a structured binding in C++17)
+      if (std::none_of(out.begin(), out.end(), [&](const auto& p) { return p.first == phase.first; }))
+        out.emplace_back(phase.first, 0.0);
   for (auto& [name, median] : out) {
     std::vector<double> values;
     for (const PhaseTimes& step : steps) {

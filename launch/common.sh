@@ -46,3 +46,35 @@ tessera_cuda_test_binaries() {  # prints the test binary names, one per line
     fi
   done
 }
+
+# The sanitizer builds (launch/test --sanitize, launch/fuzz; docs/testing.md): clang, CPU only,
+# one folder per sanitizer set. The address,undefined build also holds the libFuzzer targets, so
+# launch/fuzz and `launch/test --sanitize address,undefined` share one build.
+TESSERA_SANITIZER_SETS="address,undefined thread"
+tessera_sanitizer_build_dir() {  # $1: a sanitizer set; prints its build folder, or fails
+  case "$1" in
+    address,undefined) echo "$TESSERA_ROOT/build-asan" ;;
+    thread) echo "$TESSERA_ROOT/build-tsan" ;;
+    *) return 1 ;;
+  esac
+}
+tessera_configure_sanitized() {  # $1: a sanitizer set; configures its folder (once)
+  local dir
+  dir=$(tessera_sanitizer_build_dir "$1")
+  if [ ! -f "$dir/build.ninja" ]; then
+    local args=(-G Ninja -S "$TESSERA_ROOT" -B "$dir" -DTESSERA_CUDA=OFF "-DTESSERA_SANITIZE=$1")
+    if [ "$1" = address,undefined ]; then args+=(-DTESSERA_FUZZ=ON); fi
+    if [ -n "${TESSERA_PYTHON:-}" ]; then args+=("-DTESSERA_PYTHON=$TESSERA_PYTHON"); fi
+    tessera_say "configuring $dir (clang, -fsanitize=$1, no CUDA)"
+    CC=clang CXX=clang++ cmake "${args[@]}" >&2
+  fi
+}
+# The runtime options of every sanitized run: reports stop the program and name the code, and
+# the suppressions (third-party libraries only) are tests/sanitizers/*.supp.
+tessera_sanitizer_env() {
+  local supp="$TESSERA_ROOT/tests/sanitizers"
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
+}

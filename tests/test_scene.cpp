@@ -313,6 +313,19 @@ TEST_F(SceneTest, ReadImageDecodesOnlyItsOwnChunk) {
   expect_user_error([&] { m.read_image(3); }, {path("m.h5"), "cannot read image 3"});
 }
 
+// A damaged points chunk (found by the scene fuzz target): a UserError naming the file and the
+// dataset, not HDF5's internal error; the images still read.
+TEST_F(SceneTest, DamagedPointsAreAUserErrorNamingTheDataset) {
+  const auto cameras = uniform_cameras(2);
+  write_scene(path("p.h5"), cameras, false, true);
+  corrupt_chunk(path("p.h5"), "points/xyz", {0, 0});
+  corrupt_chunk(path("p.h5"), "points/rgb", {0, 0});
+  const SceneReader scene(path("p.h5"));
+  EXPECT_TRUE(torch::equal(scene.read_image(1), rgb_for(cameras[1], 1)));
+  expect_user_error([&] { scene.read_points_xyz(); }, {path("p.h5"), "cannot read /points/xyz"});
+  expect_user_error([&] { scene.read_points_rgb(); }, {path("p.h5"), "cannot read /points/rgb"});
+}
+
 // ---- Layout on disk ---------------------------------------------------------------------------
 
 TEST_F(SceneTest, UniformLayoutOnDisk) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -59,21 +60,26 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
     throw UserError(path + ": not a PLY file (no 'ply' magic line)");
   std::string format;
   int64_t vertices = -1;
-  bool vertex_first = true, in_vertex = false;
+  bool vertex_first = true, in_vertex = false, header_ended = false;
   std::vector<Property> properties;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::istringstream words(line);
     std::string word;
     words >> word;
-    if (word == "end_header") break;
+    if (word == "end_header") {
+      header_ended = true;
+      break;
+    }
     if (word == "format") {
       words >> format;
     } else if (word == "element") {
       std::string name;
-      int64_t count = 0;
+      int64_t count = -1;
       words >> name >> count;
       in_vertex = name == "vertex";
+      if (in_vertex && (!words || count < 0))
+        throw UserError(path + ": '" + line + "': the vertex count is not a whole number >= 0");
       if (in_vertex) vertices = count;
       else if (vertices < 0) vertex_first = false;
     } else if (word == "property" && in_vertex) {
@@ -85,6 +91,7 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
       properties.push_back(p);
     }
   }
+  if (!header_ended) throw UserError(path + ": the PLY header has no 'end_header' line");
   if (format != "ascii" && format != "binary_little_endian")
     throw UserError(path + ": PLY format '" + format + "' is not supported (ascii or "
                     "binary_little_endian)");
@@ -100,13 +107,26 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
   if (xyz_at[0] < 0 || xyz_at[1] < 0 || xyz_at[2] < 0)
     throw UserError(path + ": vertices need x, y and z properties");
 
+  // The count must fit in what follows the header (other elements may follow the vertices): a
+  // binary vertex takes `stride` bytes, an ASCII one at least one digit and a separator per value.
+  size_t stride = 0;
+  for (const Property& p : properties) stride += static_cast<size_t>(p.bytes);
+  const std::streamoff header_end = in.tellg();
+  std::error_code size_error;
+  const auto file_bytes = std::filesystem::file_size(path, size_error);
+  if (header_end < 0 || size_error) throw UserError(path + ": cannot read past the PLY header");
+  const uint64_t data_bytes = file_bytes - static_cast<uint64_t>(header_end);
+  const uint64_t min_vertex_bytes = format == "ascii" ? 2 * properties.size() : stride;
+  if (static_cast<uint64_t>(vertices) > data_bytes / min_vertex_bytes)
+    throw UserError(path + ": declares " + std::to_string(vertices) + " vertices, but its " +
+                    std::to_string(data_bytes) + " bytes of data hold at most " +
+                    std::to_string(data_bytes / min_vertex_bytes) + " (truncated file?)");
+
   torch::Tensor xyz = torch::empty({vertices, 3}, torch::kFloat64);
   torch::Tensor rgb = torch::full({vertices, 3}, 255, torch::kUInt8);
   double* xyz_out = xyz.data_ptr<double>();
   uint8_t* rgb_out = rgb.data_ptr<uint8_t>();
   std::vector<double> values(properties.size());
-  size_t stride = 0;
-  for (const Property& p : properties) stride += static_cast<size_t>(p.bytes);
   std::vector<char> record(stride);
   for (int64_t v = 0; v < vertices; ++v) {
     if (format == "ascii") {

@@ -183,6 +183,20 @@ struct SceneReader::Impl {
     return store;
   }
 
+  // A points dataset, whole (its shape was checked when the scene was opened).
+  torch::Tensor read_points(const char* name, h5::Type type, torch::ScalarType dtype) const {
+    try {
+      h5::Id dataset = h5::open_dataset(file.get(), name);
+      torch::Tensor points = torch::empty(as_shape(h5::dims(dataset.get())), dtype);
+      h5::read(dataset.get(), type, points.data_ptr());
+      return points;
+    } catch (const UserError&) {
+      throw;
+    } catch (const std::runtime_error& e) {
+      fail(std::string("cannot read /") + name + " (is the file damaged? convert it again): " + e.what());
+    }
+  }
+
   torch::Tensor read(const ImageStore& store, size_t index, const char* what) const {
     if (index >= cameras.size())
       throw std::out_of_range(path + ": " + what + " " + std::to_string(index) +
@@ -267,18 +281,12 @@ torch::Tensor SceneReader::read_alpha(size_t index) const {
 
 torch::Tensor SceneReader::read_points_xyz() const {
   if (!impl_->has_points) return torch::empty({0, 3}, torch::kFloat32);
-  h5::Id dataset = h5::open_dataset(impl_->file.get(), layout::kPointsXyz);
-  torch::Tensor xyz = torch::empty(as_shape(h5::dims(dataset.get())), torch::kFloat32);
-  h5::read(dataset.get(), h5::Type::F32, xyz.data_ptr());
-  return xyz;
+  return impl_->read_points(layout::kPointsXyz, h5::Type::F32, torch::kFloat32);
 }
 
 torch::Tensor SceneReader::read_points_rgb() const {
   if (!impl_->has_points) return torch::empty({0, 3}, torch::kUInt8);
-  h5::Id dataset = h5::open_dataset(impl_->file.get(), layout::kPointsRgb);
-  torch::Tensor rgb = torch::empty(as_shape(h5::dims(dataset.get())), torch::kUInt8);
-  h5::read(dataset.get(), h5::Type::U8, rgb.data_ptr());
-  return rgb;
+  return impl_->read_points(layout::kPointsRgb, h5::Type::U8, torch::kUInt8);
 }
 
 std::vector<size_t> SceneReader::indices(Split split) const {
