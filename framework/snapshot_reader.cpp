@@ -142,42 +142,49 @@ SnapshotReader::SnapshotReader(const std::string& path) : impl_(std::make_unique
   r.path = path;
   r.file = h5::open_file_read_only(path);
   h5::QuietErrors quiet;
-  const hid_t root = r.file.get();
-  const std::optional<std::string> format = h5::read_string_attribute(root, layout::kFormatAttr);
-  if (!format)
-    r.fail(std::string("not a tessera-snapshot file (no root attribute 'format'); snapshots are "
-                       "the step-NNNNNNNN.h5 files in a run's snapshots/ folder"));
-  if (*format != kSnapshotFormat)
-    r.fail("not a tessera-snapshot file (its format is \"" + *format +
-           "\"); snapshots are the step-NNNNNNNN.h5 files in a run's snapshots/ folder");
-  const int64_t version = r.required_int(layout::kVersionAttr);
-  if (version != kSnapshotVersion)
-    r.fail("written as tessera-snapshot version " + std::to_string(version) +
-           ", this build reads version " + std::to_string(kSnapshotVersion) +
-           (version > kSnapshotVersion ? "; update Tessera" : "; the file is damaged"));
-  const std::string checksum_kind = r.required_string(layout::kChecksumKindAttr);
-  if (checksum_kind != layout::kChecksumKind)
-    r.fail("unknown checksum algorithm \"" + checksum_kind + "\" (this build knows \"" +
-           layout::kChecksumKind + "\")");
-  r.meta.step = r.required_int(layout::kStepAttr);
-  r.meta.model = r.required_string(layout::kModelAttr);
-  r.meta.config_toml = r.required_string(layout::kConfigAttr);
-  r.meta.world_size = static_cast<int>(r.required_int(layout::kWorldSizeAttr));
-  r.meta.dataset_fingerprint = r.required_string(layout::kFingerprintAttr);
-  r.meta.tessera_version = r.required_string(layout::kTesseraVersionAttr);
-  const std::optional<uint64_t> meta_checksum =
-      h5::read_uint64_attribute(root, layout::kMetaChecksumAttr);
-  if (!meta_checksum) r.missing(layout::kMetaChecksumAttr, "an unsigned 64-bit integer");
-  if (*meta_checksum != layout::meta_checksum(r.meta))
-    r.fail("its root attributes (step, model, config, ...) are damaged: their checksum does not "
-           "match");
-  r.dataset_count = r.required_int(layout::kDatasetCountAttr);
+  try {
+    const hid_t root = r.file.get();
+    const std::optional<std::string> format = h5::read_string_attribute(root, layout::kFormatAttr);
+    if (!format)
+      r.fail(std::string("not a tessera-snapshot file (no root attribute 'format'); snapshots are "
+                         "the step-NNNNNNNN.h5 files in a run's snapshots/ folder"));
+    if (*format != kSnapshotFormat)
+      r.fail("not a tessera-snapshot file (its format is \"" + *format +
+             "\"); snapshots are the step-NNNNNNNN.h5 files in a run's snapshots/ folder");
+    const int64_t version = r.required_int(layout::kVersionAttr);
+    if (version != kSnapshotVersion)
+      r.fail("written as tessera-snapshot version " + std::to_string(version) +
+             ", this build reads version " + std::to_string(kSnapshotVersion) +
+             (version > kSnapshotVersion ? "; update Tessera" : "; the file is damaged"));
+    const std::string checksum_kind = r.required_string(layout::kChecksumKindAttr);
+    if (checksum_kind != layout::kChecksumKind)
+      r.fail("unknown checksum algorithm \"" + checksum_kind + "\" (this build knows \"" +
+             layout::kChecksumKind + "\")");
+    r.meta.step = r.required_int(layout::kStepAttr);
+    r.meta.model = r.required_string(layout::kModelAttr);
+    r.meta.config_toml = r.required_string(layout::kConfigAttr);
+    r.meta.world_size = static_cast<int>(r.required_int(layout::kWorldSizeAttr));
+    r.meta.dataset_fingerprint = r.required_string(layout::kFingerprintAttr);
+    r.meta.tessera_version = r.required_string(layout::kTesseraVersionAttr);
+    const std::optional<uint64_t> meta_checksum =
+        h5::read_uint64_attribute(root, layout::kMetaChecksumAttr);
+    if (!meta_checksum) r.missing(layout::kMetaChecksumAttr, "an unsigned 64-bit integer");
+    if (*meta_checksum != layout::meta_checksum(r.meta))
+      r.fail("its root attributes (step, model, config, ...) are damaged: their checksum does not "
+             "match");
+    r.dataset_count = r.required_int(layout::kDatasetCountAttr);
 
-  std::vector<std::string> links;
-  H5_CHECK(H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links));
-  for (const std::string& link : links)
-    if (h5::kind_of(root, link) == h5::Kind::Dataset) r.datasets.push_back(link);
-  std::sort(r.datasets.begin(), r.datasets.end());
+    std::vector<std::string> links;
+    H5_CHECK(H5Lvisit(root, H5_INDEX_NAME, H5_ITER_INC, collect_link, &links));
+    for (const std::string& link : links)
+      if (h5::kind_of(root, link) == h5::Kind::Dataset) r.datasets.push_back(link);
+    std::sort(r.datasets.begin(), r.datasets.end());
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    // HDF5 opened the file but could not read its attributes or links: damaged past the superblock.
+    r.fail(std::string("cannot read its metadata (the file is damaged): ") + e.what());
+  }
 }
 
 SnapshotReader::~SnapshotReader() = default;

@@ -247,11 +247,12 @@ TEST(PlyPoints, RoundTripsBinaryAndReadsAscii) {
   const auto [xyz_read, rgb_read] = data::read_ply_points(tmp / "p.ply");
   EXPECT_TRUE(torch::equal(xyz_read, xyz));
   EXPECT_TRUE(torch::equal(rgb_read, rgb));
-  write_text(tmp / "a.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
-                            "property float y\nproperty float z\nend_header\n1 2 3\n");
+  // The tightest ASCII file there is: one digit per value, no newline after the last vertex.
+  write_text(tmp / "a.ply", "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\n"
+                            "property float y\nproperty float z\nend_header\n1 2 3\n4 5 6");
   const auto [a_xyz, a_rgb] = data::read_ply_points(tmp / "a.ply");
-  EXPECT_TRUE(torch::equal(a_xyz, torch::tensor({1.0, 2.0, 3.0}, torch::kFloat64).reshape({1, 3})));
-  EXPECT_TRUE(torch::equal(a_rgb, torch::full({1, 3}, 255, torch::kUInt8))) << "no colour: white";
+  EXPECT_TRUE(torch::equal(a_xyz, torch::tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, torch::kFloat64).reshape({2, 3})));
+  EXPECT_TRUE(torch::equal(a_rgb, torch::full({2, 3}, 255, torch::kUInt8))) << "no colour: white";
 }
 
 // A vertex count past what the file holds (found by the ply fuzz target: 2^63 - 1 vertices asked
@@ -654,6 +655,21 @@ TEST(Colmap, NonFinitePoseOrUnknownCameraIdIsNamed) {
   f.images[0].camera_id = 42;
   write_colmap_binary(root + "/sparse/0", f);
   expect_convert_fails(tmp, root, {root + "/sparse/0/images.bin", "camera 42"});
+}
+
+// Finite poses too far apart for doubles (found by the colmap fuzz target: a translation of
+// -1e308 made the bounds -inf): refused by the import, naming the source, not by the writer.
+TEST(Colmap, PosesTooFarApartForDoublesAreRefused) {
+  TempDir tmp;
+  const std::string root = tmp / "far";
+  ColmapFixture f = colmap_fixture(root);
+  f.images[1].t[2] = -1e308;
+  f.images[3].t[2] = 1e308;
+  write_colmap_binary(root + "/sparse/0", f);
+  expect_convert_fails(tmp, root, {root + "/sparse/0", "too far apart to normalize"});
+  data::ImportOptions keep;
+  keep.normalize = false;  // the same poses kept as they are: the bounds overflow instead
+  expect_convert_fails(tmp, root, {root + "/sparse/0 (as imported)", "non-finite"}, keep);
 }
 
 TEST(Colmap, MissingImagesFolderAsksForImagesFlag) {

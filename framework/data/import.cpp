@@ -12,6 +12,7 @@
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
 #include "framework/data/import.h"
+#include "framework/data/scene_layout.h"
 
 namespace tessera::data {
 
@@ -247,6 +248,10 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
     const Normalization n =
         normalization_for(scene.cameras, scene.points_xyz, parsed.ngp,
                           /*bounded=*/scene.has_alpha, options.normalize, parsed.recorded_transform);
+    if (!(std::isfinite(n.scale) && n.scale > 0))
+      throw UserError(parsed.path + ": the cameras and points are too far apart to normalize (the "
+                      "scale to the canonical box comes out as " + std::to_string(n.scale) +
+                      "); check the poses and points for huge coordinates");
     apply_normalization(n, scene.cameras, scene.points_xyz);
     meta.scene_bounds = n.bounds;
     meta.scene_extent = n.extent;
@@ -262,6 +267,11 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
   scene.points_xyz = scene.points_xyz.to(torch::kFloat32).contiguous();  // stored as float32
   if (rescaled > 0) meta.source += " images-scaled";
   if (k > 1) meta.source += " downscale=" + std::to_string(k);
+  // What SceneWriter would refuse is refused here, naming the source: poses or points too far
+  // apart for doubles give non-finite bounds or poses after normalization.
+  const std::string origin = parsed.path + " (as imported)";
+  layout::validate_meta(meta, origin);
+  for (size_t i = 0; i < scene.cameras.size(); ++i) validate_camera(scene.cameras[i], i, origin);
   return scene;
 }
 

@@ -111,16 +111,20 @@ std::pair<torch::Tensor, torch::Tensor> read_ply_points(const std::string& path)
   // binary vertex takes `stride` bytes, an ASCII one at least one digit and a separator per value.
   size_t stride = 0;
   for (const Property& p : properties) stride += static_cast<size_t>(p.bytes);
-  const std::streamoff header_end = in.tellg();
   std::error_code size_error;
   const auto file_bytes = std::filesystem::file_size(path, size_error);
+  std::streamoff header_end = in.tellg();
+  if (header_end < 0 && in.eof()) header_end = static_cast<std::streamoff>(file_bytes);  // no data
   if (header_end < 0 || size_error) throw UserError(path + ": cannot read past the PLY header");
   const uint64_t data_bytes = file_bytes - static_cast<uint64_t>(header_end);
-  const uint64_t min_vertex_bytes = format == "ascii" ? 2 * properties.size() : stride;
-  if (static_cast<uint64_t>(vertices) > data_bytes / min_vertex_bytes)
+  // (+1 for ASCII: the last line may lack its newline.)
+  const bool ascii = format == "ascii";
+  const uint64_t min_vertex_bytes = ascii ? 2 * properties.size() : stride;
+  const uint64_t most = (data_bytes + (ascii ? 1 : 0)) / min_vertex_bytes;
+  if (static_cast<uint64_t>(vertices) > most)
     throw UserError(path + ": declares " + std::to_string(vertices) + " vertices, but its " +
                     std::to_string(data_bytes) + " bytes of data hold at most " +
-                    std::to_string(data_bytes / min_vertex_bytes) + " (truncated file?)");
+                    std::to_string(most) + " (truncated file?)");
 
   torch::Tensor xyz = torch::empty({vertices, 3}, torch::kFloat64);
   torch::Tensor rgb = torch::full({vertices, 3}, 255, torch::kUInt8);
