@@ -235,6 +235,10 @@ TEST(ImageIo, MissingOrCorruptImageNamesTheFile) {
   write_text(tmp / "bad.png", "this is not a png");
   expect_user_error([&] { data::read_image_file(tmp / "bad.png"); }, {tmp / "bad.png"});
   expect_user_error([&] { data::probe_image(tmp / "bad.png"); }, {tmp / "bad.png"});
+  // A name the OS refuses (found by the colmap fuzz target: a name of 300 bytes made
+  // std::filesystem throw, exit 1) is an image that does not exist, with the OS's reason.
+  const std::string too_long = tmp / (std::string(300, 'a') + ".png");
+  expect_user_error([&] { data::probe_image(too_long); }, {too_long, "does not exist ("});
 }
 
 // ---- Point clouds (PLY) ------------------------------------------------------------------------

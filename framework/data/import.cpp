@@ -151,7 +151,9 @@ Camera scale_to_image(const Camera& camera, const ImageInfo& info, const std::st
 }  // namespace
 
 ImageInfo probe_image(const std::string& path) {
-  if (!fs::exists(path)) throw UserError("image " + path + " does not exist");
+  std::error_code error;  // a name from a dataset file may be one the OS refuses (too long...)
+  if (!fs::exists(path, error))
+    throw UserError("image " + path + " does not exist" + (error ? " (" + error.message() + ")" : ""));
   ImageInfo info;
   if (!stbi_info(path.c_str(), &info.width, &info.height, &info.channels)) {
     const char* reason = stbi_failure_reason();

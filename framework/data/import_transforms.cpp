@@ -193,7 +193,8 @@ ParsedSource parse_transforms(const std::string& path, int split_every) {
     const json& frame = frames[i];
     const std::string where = describe(path, i, names[i]);
     std::string image = resolve(folder, names[i]);
-    if (!fs::exists(image) && !has_image_extension(image) && fs::exists(image + ".png"))
+    std::error_code error;  // (file_path may name what the OS refuses: probe_image says so)
+    if (!fs::exists(image, error) && !has_image_extension(image) && fs::exists(image + ".png", error))
       image += ".png";  // instant-ngp accepts NeRF-synthetic style paths without extension
     if (const json* model = lookup(frame, meta, "camera_model")) {
       const std::string name = model->is_string() ? model->get<std::string>() : model->dump();
