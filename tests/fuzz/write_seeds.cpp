@@ -20,19 +20,13 @@
 #include "models/gaussians/gaussian_params.h"
 #include "models/gaussians/ply.h"
 #include "tests/fuzz/fuzz_fixtures.h"
+#include "tests/test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace tessera;
 using nlohmann::json;
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void write_seed(const fs::path& out, const std::string& target, const std::string& name,
                 const std::string& bytes) {
@@ -51,7 +45,7 @@ void config_seeds(const fs::path& out, const fs::path& source) {
     if (entry.path().extension() == ".toml") configs.push_back(entry.path());
   std::sort(configs.begin(), configs.end());
   for (const fs::path& config : configs) {
-    const std::string text = read_all(config);
+    const std::string text = test::read_file(config);
     write_seed(out, "config", config.stem().string() + ".toml", text);
     write_seed(out, "config", config.stem().string() + "-set.toml",
                text + fuzz::kFileSeparator + "train.steps=3\nrun.seed=7\nsnapshot.every=2");
@@ -69,14 +63,14 @@ void scene_seeds(const fs::path& out, const fs::path& work) {
     options.height = 8;  // the smallest synth allows
     const std::string path = (work / (preset + ".h5")).string();
     data::synth::write_synth_scene(options, path);
-    write_seed(out, "scene", "synth-" + preset + ".h5", read_all(path));
+    write_seed(out, "scene", "synth-" + preset + ".h5", test::read_file(path));
   }
   // Imported from COLMAP: images of two sizes (one dataset per image), points, distortion.
   const fs::path colmap = work / "colmap-scene";
   test::write_colmap_binary((colmap / "sparse/0").string(), fuzz::write_colmap_assets(colmap.string()));
   const std::string path = (work / "colmap.h5").string();
   data::write_scene(data::read_source(colmap.string()), path);
-  write_seed(out, "scene", "imported-colmap.h5", read_all(path));
+  write_seed(out, "scene", "imported-colmap.h5", test::read_file(path));
 }
 
 void snapshot_seeds(const fs::path& out, const fs::path& work, distributed::ProcessContext& context,
@@ -96,7 +90,7 @@ void snapshot_seeds(const fs::path& out, const fs::path& work, distributed::Proc
   writer.write_sharded(snapshot_param("gaussians/means"), torch::randn({5, 3}, torch::kFloat64));
   writer.write_sharded(snapshot_state("ids"), torch::arange(5, torch::kInt32));
   writer.commit();
-  write_seed(out, "snapshot", "step-00000001.h5", read_all(path));
+  write_seed(out, "snapshot", "step-00000001.h5", test::read_file(path));
 }
 
 void ply_seeds(const fs::path& out, const fs::path& work) {
@@ -105,13 +99,13 @@ void ply_seeds(const fs::path& out, const fs::path& work) {
       torch::randn({n, 3}), torch::randn({n, 3}), torch::randn({n, 4}), torch::randn({n}),
       torch::randn({n, 1, 3}), torch::randn({n, 15, 3}));
   models::gaussians::write_ply((work / "gaussians.ply").string(), params);
-  write_seed(out, "ply", "gaussians.ply", read_all(work / "gaussians.ply"));
+  write_seed(out, "ply", "gaussians.ply", test::read_file(work / "gaussians.ply"));
   const auto xyz = torch::randn({5, 3}, torch::kFloat64);
   const auto rgb = torch::randint(0, 256, {5, 3}).to(torch::kUInt8);
   data::write_ply_points((work / "points-double.ply").string(), xyz, rgb);
   data::write_ply_points((work / "points-float.ply").string(), xyz.to(torch::kFloat32), rgb);
-  write_seed(out, "ply", "points-double.ply", read_all(work / "points-double.ply"));
-  write_seed(out, "ply", "points-float.ply", read_all(work / "points-float.ply"));
+  write_seed(out, "ply", "points-double.ply", test::read_file(work / "points-double.ply"));
+  write_seed(out, "ply", "points-float.ply", test::read_file(work / "points-float.ply"));
   write_seed(out, "ply", "points-ascii.ply",
              "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
              "property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n"
@@ -150,7 +144,7 @@ void colmap_seeds(const fs::path& out, const fs::path& work) {
   for (const auto& [mode, ext] : {std::pair{"t", ".txt"}, std::pair{"b", ".bin"}}) {
     const fs::path dir = work / "colmap" / (std::string(mode) == "t" ? "text" : "bin");
     std::vector<std::string> files;
-    for (const char* name : {"cameras", "images", "points3D"}) files.push_back(read_all(dir / (std::string(name) + ext)));
+    for (const char* name : {"cameras", "images", "points3D"}) files.push_back(test::read_file(dir / (std::string(name) + ext)));
     write_seed(out, "colmap", std::string("model") + ext, mode + joined(files));
     files.pop_back();  // no points3D
     write_seed(out, "colmap", std::string("model-no-points") + ext, mode + joined(files));
@@ -161,14 +155,14 @@ void image_seeds(const fs::path& out, const fs::path& work) {
   fuzz::write_transforms_assets((work / "assets").string());
   for (int i = 0; i < fuzz::kTransformsImages; ++i) {
     const std::string name = fuzz::transforms_image_name(i);
-    write_seed(out, "image", fs::path(name).filename().string(), read_all(work / "assets" / name));
+    write_seed(out, "image", fs::path(name).filename().string(), test::read_file(work / "assets" / name));
   }
   const auto grey = test::pattern(5, 7, 1, 1);
   stbi_write_png((work / "grey.png").c_str(), 5, 7, 1, grey.data_ptr<uint8_t>(), 5);
   const auto grey_alpha = test::pattern(5, 7, 2, 2);
   stbi_write_png((work / "grey-alpha.png").c_str(), 5, 7, 2, grey_alpha.data_ptr<uint8_t>(), 10);
-  write_seed(out, "image", "grey.png", read_all(work / "grey.png"));
-  write_seed(out, "image", "grey-alpha.png", read_all(work / "grey-alpha.png"));
+  write_seed(out, "image", "grey.png", test::read_file(work / "grey.png"));
+  write_seed(out, "image", "grey-alpha.png", test::read_file(work / "grey-alpha.png"));
 }
 
 }  // namespace
