@@ -15,9 +15,6 @@ namespace tessera {
 
 namespace fs = std::filesystem;
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "the snapshot checksum reads 8-byte words as little-endian, as the file stores them");
-
 // ---- File names ----
 
 std::string snapshot_path(const std::string& dir, int64_t step) {
@@ -40,71 +37,6 @@ std::string snapshot_optimizer(const std::string& param, const std::string& fiel
   return "optimizer/" + param + "/" + field;
 }
 std::string snapshot_state(const std::string& name) { return "state/" + name; }
-
-// ---- Checksum ----
-
-namespace {
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // 2^64 / phi: spreads consecutive indices
-constexpr uint64_t kChecksumSeed = 0x7465737365726131ull;  // "tessera1": the empty checksum != 0
-
-// A bijective 64-bit mixer (xor-shift-multiply); its output looks random in every bit.
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
-
-// The odd multiplier of word j. Odd, so that changing any bits of one word always changes the sum.
-inline uint64_t word_key(uint64_t j) { return mix64((j + 1) * kGolden) | 1u; }
-}  // namespace
-
-uint64_t snapshot_checksum_partial(const void* bytes, size_t size, uint64_t offset) {
-  const auto* p = static_cast<const unsigned char*>(bytes);
-  uint64_t sum = 0;
-  size_t i = 0;
-  // Leading bytes of a word that started before `offset` (the rest of it is someone else's).
-  uint64_t partial = 0;
-  while (i < size && (offset + i) % 8 != 0) {
-    partial |= uint64_t{p[i]} << (8 * ((offset + i) % 8));
-    ++i;
-  }
-  if (i > 0) sum += partial * word_key(offset / 8);
-  // Whole words; four accumulators keep the multiplies independent.
-  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  uint64_t j = (offset + i) / 8;
-  for (; i + 32 <= size; i += 32, j += 4) {
-    uint64_t w[4];
-    std::memcpy(w, p + i, 32);
-    s0 += w[0] * word_key(j);
-    s1 += w[1] * word_key(j + 1);
-    s2 += w[2] * word_key(j + 2);
-    s3 += w[3] * word_key(j + 3);
-  }
-  for (; i + 8 <= size; i += 8, ++j) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    s0 += w * word_key(j);
-  }
-  sum += s0 + s1 + s2 + s3;
-  // Trailing bytes: the start of a word that continues past this range (or the zero-padded last).
-  if (i < size) {
-    partial = 0;
-    for (size_t lane = 0; i < size; ++i, ++lane) partial |= uint64_t{p[i]} << (8 * lane);
-    sum += partial * word_key(j);
-  }
-  return sum;
-}
-
-uint64_t snapshot_checksum_finish(uint64_t sum, uint64_t total_bytes) {
-  return mix64(sum ^ mix64(total_bytes * kGolden + kChecksumSeed));
-}
-
-uint64_t snapshot_checksum(const void* bytes, size_t size) {
-  return snapshot_checksum_finish(snapshot_checksum_partial(bytes, size, 0), size);
-}
 
 // ---- Layout helpers ----
 
@@ -174,7 +106,7 @@ uint64_t meta_checksum(const SnapshotMeta& meta) {
        {std::to_string(meta.step), meta.model, meta.config_toml, meta.dataset_fingerprint,
         meta.tessera_version, std::to_string(meta.world_size)})
     text += std::to_string(field.size()) + ":" + field + ";";
-  return snapshot_checksum(text.data(), text.size());
+  return checksum(text.data(), text.size());
 }
 
 }  // namespace snapshot_layout
@@ -215,7 +147,7 @@ std::optional<std::string> find_latest_snapshot(
     if (problem.empty()) return path;
     if (warn)
       warn("skipping snapshot " + path + " (step " + std::to_string(step) +
-           "), it is damaged: " + problem);
+           "), it cannot be used: " + problem);
   }
   return std::nullopt;
 }

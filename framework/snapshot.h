@@ -1,4 +1,4 @@
-// Snapshots (tessera-snapshot v1, docs/formats.md): the collective, atomic SnapshotWriter, the
+// Snapshots (tessera-snapshot v2, docs/formats.md): the collective, atomic SnapshotWriter, the
 // SnapshotReader, validation by checksum, finding the newest good snapshot, and rotation.
 #pragma once
 
@@ -19,7 +19,8 @@ class ProcessContext;
 }
 
 constexpr const char* kSnapshotFormat = "tessera-snapshot";
-constexpr int kSnapshotVersion = 1;
+// 2: sealed (framework/data/file_seal.h); version 1 files had no seal and are refused by it.
+constexpr int kSnapshotVersion = 2;
 
 // The root attributes of a snapshot besides format and version.
 struct SnapshotMeta {
@@ -146,12 +147,5 @@ std::optional<std::string> find_latest_snapshot(
 // is never deleted) and every step-*.h5.tmp left by a writer that died. Returns what it deleted.
 // Call it on one rank, when no writer is running in `dir`.
 std::vector<std::string> rotate_snapshots(const std::string& dir, int keep);
-
-// The checksum of a dataset (docs/formats.md, "Checksums"): a sum over its 8-byte words, so any
-// byte range can be hashed on its own and the partial sums added (mod 2^64) in any order.
-// `offset` is the position of `bytes` in the dataset.
-uint64_t snapshot_checksum_partial(const void* bytes, size_t size, uint64_t offset);
-uint64_t snapshot_checksum_finish(uint64_t sum, uint64_t total_bytes);
-uint64_t snapshot_checksum(const void* bytes, size_t size);  // both in one
 
 }  // namespace tessera

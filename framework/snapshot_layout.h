@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "framework/checksum.h"
 #include "framework/data/h5.h"
 #include "framework/snapshot.h"
 
@@ -25,10 +26,10 @@ constexpr const char* kTesseraVersionAttr = "tessera_version";
 constexpr const char* kChecksumKindAttr = "checksum_algorithm";
 constexpr const char* kMetaChecksumAttr = "meta_checksum";    // over the attributes above
 constexpr const char* kDatasetCountAttr = "dataset_count";  // written by commit()
-constexpr const char* kChecksumKind = "tessera-mlh64-v1";
+constexpr const char* kChecksumKind = kChecksumAlgorithm;
 
 // Dataset attributes.
-constexpr const char* kChecksumAttr = "checksum";  // u64, snapshot_checksum of its bytes
+constexpr const char* kChecksumAttr = "checksum";  // u64, checksum() of its bytes
 constexpr const char* kDtypeAttr = "dtype";        // "float32", ..., "bool" (stored as u8)
 
 // How a torch dtype is stored; nullopt for dtypes snapshots do not hold.

@@ -1,4 +1,4 @@
-// SnapshotReader: opens a tessera-snapshot v1 file with the serial driver, checks its root
+// SnapshotReader: opens a tessera-snapshot v2 file with the serial driver, checks its root
 // attributes, and reads datasets whole (checksum verified) or by rows for re-sharding.
 #include <algorithm>
 
@@ -127,10 +127,10 @@ struct SnapshotReader::Impl {
     for (int64_t start = 0; start < rows; start += block) {
       const int64_t count = std::min(block, rows - start);
       const torch::Tensor part = read_stored(key, dataset.get(), dtype, dims, start, count);
-      sum += snapshot_checksum_partial(part.data_ptr(), part.nbytes(),
+      sum += checksum_partial(part.data_ptr(), part.nbytes(),
                                        static_cast<uint64_t>(start * row_bytes));
     }
-    const uint64_t computed = snapshot_checksum_finish(sum, static_cast<uint64_t>(rows * row_bytes));
+    const uint64_t computed = checksum_finish(sum, static_cast<uint64_t>(rows * row_bytes));
     if (computed == stored) return "";
     return "dataset \"" + key + "\" is damaged: its checksum is " + hex(computed) +
            ", the file recorded " + hex(stored);
@@ -237,7 +237,7 @@ torch::Tensor SnapshotReader::read(const std::string& name) const {
   const std::vector<hsize_t> dims = h5::dims(dataset.get());
   const int64_t rows = dims.empty() ? 1 : static_cast<int64_t>(dims[0]);
   torch::Tensor out = r.read_stored(key, dataset.get(), dtype, dims, 0, rows);
-  const uint64_t computed = snapshot_checksum(out.data_ptr(), out.nbytes());
+  const uint64_t computed = checksum(out.data_ptr(), out.nbytes());
   const uint64_t stored = r.checksum_of(key, dataset.get());
   if (computed != stored)
     r.fail("dataset \"" + key + "\" is damaged: its checksum is " + hex(computed) +

@@ -1,4 +1,4 @@
-// SnapshotWriter: writes a tessera-snapshot v1 file collectively, under a temporary name, and
+// SnapshotWriter: writes a tessera-snapshot v2 file collectively, under a temporary name, and
 // renames it into place on commit; every failure is agreed across ranks (docs/formats.md).
 #include <fcntl.h>
 #include <mpi.h>
@@ -13,7 +13,9 @@
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "distributed/watchdog.h"
+#include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
+#include "framework/even_slice.h"
 #include "framework/snapshot.h"
 #include "framework/snapshot_layout.h"
 
@@ -212,6 +214,8 @@ struct SnapshotWriter::Impl {
 
   // Completes the file: the dataset count, a flush, the close (collective in parallel mode) and
   // an fsync on rank 0. Returns "" or why it failed.
+  // The dataset count, a flush and close (collective in parallel mode); rank 0 alone seals a
+  // file it wrote alone.
   std::string attempt_commit_close() {
     return attempt([&] {
       if (file.valid()) {
@@ -220,6 +224,33 @@ struct SnapshotWriter::Impl {
         h5::flush(file.get());
         close_file();
       }
+      if (!parallel && rank() == 0) data::seal::seal(temp_path);
+    });
+  }
+
+  // Collective, parallel mode: the seal of a file every rank wrote, each rank reading an even
+  // slice of it for the checksum; rank 0 writes the seal. "" or why it failed (agreed).
+  Failure seal_in_parallel() {
+    uint64_t bytes = 0, sum = 0;
+    std::string error = attempt([&] {
+      bytes = data::seal::body_bytes(temp_path);
+      const auto [begin, end] = even_slice(static_cast<int64_t>(bytes), rank(), size());
+      sum = data::seal::body_sum(temp_path, static_cast<uint64_t>(begin),
+                                 static_cast<uint64_t>(end));
+    });
+    Failure failure = agree(context, error, "reading " + temp_path + " for its seal");
+    if (failure.failed()) return failure;
+    {
+      distributed::Watchdog::Scope watch(context.watchdog(), "snapshot: checksum of the file");
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, context.world()));
+    }
+    error = rank() == 0 ? attempt([&] { data::seal::write(temp_path, sum, bytes); }) : "";
+    return agree(context, error, "sealing " + temp_path);
+  }
+
+  // Makes the sealed file durable; the test hook fails here.
+  std::string attempt_sync() {
+    return attempt([&] {
       if (rank() == 0) fsync_path(temp_path, /*directory=*/false);
       if (options.inject_failure_at_commit &&
           (options.inject_failure_rank < 0 || options.inject_failure_rank == rank()))
@@ -329,7 +360,7 @@ void SnapshotWriter::Impl::write(const std::string& name, const torch::Tensor& t
   std::vector<int64_t> all(static_cast<size_t>(kFields) * size(), 0);
   {
     int64_t* mine = all.data() + static_cast<size_t>(kFields) * rank();
-    mine[0] = static_cast<int64_t>(snapshot_checksum(path.data(), path.size()));
+    mine[0] = static_cast<int64_t>(checksum(path.data(), path.size()));
     mine[1] = static_cast<int64_t>(tensor.scalar_type());
     mine[2] = data.dim();
     for (int64_t d = 0; d < data.dim(); ++d) mine[3 + d] = data.size(d);
@@ -379,14 +410,14 @@ void SnapshotWriter::Impl::write(const std::string& name, const torch::Tensor& t
   for (const hsize_t n : dims) total_bytes *= static_cast<int64_t>(n);
   const bool contributes = sharded || rank() == 0;
   const int64_t local_bytes = contributes ? static_cast<int64_t>(data.nbytes()) : 0;
-  uint64_t sum = contributes ? snapshot_checksum_partial(data.data_ptr(), data.nbytes(),
+  uint64_t sum = contributes ? checksum_partial(data.data_ptr(), data.nbytes(),
                                                          static_cast<uint64_t>(row_start * row_bytes))
                              : 0;
   {
     distributed::Watchdog::Scope watch(context.watchdog(), "snapshot: checksum of " + call);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, context.world()));
   }
-  const uint64_t checksum = snapshot_checksum_finish(sum, static_cast<uint64_t>(total_bytes));
+  const uint64_t checksum = checksum_finish(sum, static_cast<uint64_t>(total_bytes));
 
   // 4. Gather to rank 0 when not writing in parallel.
   torch::Tensor gathered;
@@ -454,10 +485,17 @@ void SnapshotWriter::Impl::write(const std::string& name, const torch::Tensor& t
 void SnapshotWriter::commit() {
   Impl& w = *impl_;
   w.check_open("commit");
-  // Complete the file: the dataset count, a flush, close (collective in parallel mode), fsync.
+  // Complete the file: the dataset count, a flush, close (collective in parallel mode), the seal
+  // (docs/formats.md, "The seal"), fsync.
   std::string error = w.attempt_commit_close();
   if (!error.empty()) error = with_space_diagnosis(error, w.temp_path, 0);
   Failure failure = agree(w.context, error, "closing " + w.temp_path);
+  if (failure.failed()) w.fail(failure, "completing the file");
+  if (w.parallel) {
+    failure = w.seal_in_parallel();
+    if (failure.failed()) w.fail(failure, "sealing the file");
+  }
+  failure = agree(w.context, w.attempt_sync(), "syncing " + w.temp_path);
   if (failure.failed()) w.fail(failure, "completing the file");
   // Rank 0 moves it into place; the folder is synced so that the new name survives a crash.
   error.clear();

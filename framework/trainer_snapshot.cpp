@@ -1,5 +1,5 @@
 // The ray family's snapshot state: parameters, Adam moments and model state such as the
-// occupancy grid (tessera-snapshot v1, docs/formats.md); the TrainingRun writes the rest.
+// occupancy grid (tessera-snapshot v2, docs/formats.md); the TrainingRun writes the rest.
 #include "distributed/errors.h"
 #include "framework/adam_state.h"
 #include "framework/snapshot.h"

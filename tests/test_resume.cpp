@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
 #include "framework/snapshot.h"
 
@@ -236,7 +237,7 @@ TEST_F(ResumeTest, StraightEqualsInterruptedAndResumedInNewProcesses) {
   const std::string final_snapshot = snapshot_path(dir_ + "/straight/snapshots", 24);
   const Job info = run({binary_, "info", final_snapshot}, 60);
   ASSERT_EQ(info.exit_code, 0) << info.output;
-  for (const char* needle : {"tessera-snapshot version 1", "step:         24", "model:        nerf-hash",
+  for (const char* needle : {"tessera-snapshot version 2", "step:         24", "model:        nerf-hash",
                              "world size:   2 rank(s)", "checksums:    all datasets verified",
                              "[model]", "hash_grid.0 ["})
     EXPECT_NE(info.output.find(needle), std::string::npos) << needle << "\n" << info.output;
@@ -461,7 +462,7 @@ TEST_F(ResumeTest, GaussiansResumeExactlyAndExportPly) {
       const data::h5::Id dataset = data::h5::open_dataset(file.get(), "params/sh_rest");
       const haddr_t at = H5Dget_offset(dataset.get());
       ASSERT_NE(at, HADDR_UNDEF);
-      offset = static_cast<int64_t>(at) + 100;
+      offset = static_cast<int64_t>(data::seal::kBlockBytes + at) + 100;  // after the seal
     }
     std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(offset);

@@ -1,4 +1,4 @@
-// Tests of the tessera-scene v1 format: round trips, the layout on disk (raw HDF5 API), reading
+// Tests of the tessera-scene v2 format: round trips, the layout on disk (raw HDF5 API), reading
 // one image only, bad files, writer misuse, and `tessera info` through the real binary.
 #include <hdf5.h>
 #include <sys/wait.h>
@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "distributed/errors.h"
+#include "framework/data/file_seal.h"
 #include "framework/data/scene.h"
 #include "tests/test_util.h"
 
@@ -109,12 +110,35 @@ void expect_user_error(const std::function<void()>& f, const std::vector<std::st
   }
 }
 
-// ---- Raw HDF5 helpers (independent of the code under test) ------------------------------------
+// ---- Raw HDF5 helpers (independent of the code under test but for the seal) --------------------
 
+// A file opened or created with the HDF5 API, as another program would. One opened for writing,
+// or created (with room for the seal, as Tessera's writers make them), is sealed again when
+// closed, so that the reader's own checks are reached instead of the seal's.
 struct RawFile {
   hid_t id;
-  RawFile(const std::string& path, unsigned flags) : id(H5Fopen(path.c_str(), flags, H5P_DEFAULT)) {}
-  ~RawFile() { if (id >= 0) H5Fclose(id); }
+  std::string path;
+  bool reseal;
+  RawFile(const std::string& path, unsigned flags)
+      : id(H5Fopen(path.c_str(), flags, H5P_DEFAULT)), path(path), reseal(flags & H5F_ACC_RDWR) {}
+  static RawFile create(const std::string& path) {
+    const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    H5Pset_userblock(fcpl, seal::kBlockBytes);
+    RawFile file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT), path);
+    H5Pclose(fcpl);
+    return file;
+  }
+  RawFile(RawFile&& other) noexcept : id(other.id), path(other.path), reseal(other.reseal) {
+    other.id = -1;
+    other.reseal = false;
+  }
+  ~RawFile() {
+    if (id >= 0) H5Fclose(id);
+    if (reseal) seal::seal(path);
+  }
+
+ private:
+  RawFile(hid_t created, const std::string& path) : id(created), path(path), reseal(true) {}
 };
 
 void raw_set_string(hid_t object, const char* name, const char* value) {
@@ -198,10 +222,13 @@ void corrupt_chunk(const std::string& path, const std::string& name, std::vector
   }
   ASSERT_GT(size, 0u);
   std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
-  out.seekp(static_cast<std::streamoff>(address));
+  // HDF5's addresses count from its superblock, which follows the seal's block.
+  out.seekp(static_cast<std::streamoff>(seal::kBlockBytes + address));
   const std::string junk(size, '\xff');
   out.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   ASSERT_TRUE(out.good());
+  out.close();
+  seal::seal(path);  // damage the seal cannot see: the per-image messages are under test
 }
 
 // ---- Fixture ----------------------------------------------------------------------------------
@@ -245,7 +272,7 @@ TEST_F(SceneTest, RoundTripUniformSizeWithAlphaAndPoints) {
   EXPECT_EQ(files(), std::vector<std::string>{"s.h5"}) << "no temporary file may remain";
   const SceneReader scene(path("s.h5"));
   EXPECT_EQ(scene.path(), path("s.h5"));
-  EXPECT_EQ(scene.version(), 1);
+  EXPECT_EQ(scene.version(), kSceneVersion);
   EXPECT_TRUE(scene.uniform_size());
   EXPECT_TRUE(scene.has_alpha());
   EXPECT_TRUE(scene.has_points());
@@ -358,7 +385,7 @@ TEST_F(SceneTest, UniformLayoutOnDisk) {
   const hid_t attr = H5Aopen(file.id, "version", H5P_DEFAULT);
   H5Aread(attr, H5T_NATIVE_INT32, &version);
   H5Aclose(attr);
-  EXPECT_EQ(version, 1);
+  EXPECT_EQ(version, 2);
   expect_layout(file.id, "cameras/intrinsics", H5T_IEEE_F64LE, {4, 4});
   expect_layout(file.id, "cameras/distortion", H5T_IEEE_F64LE, {4, 4});
   expect_layout(file.id, "cameras/size", H5T_STD_I32LE, {4, 2});
@@ -402,16 +429,17 @@ TEST_F(SceneTest, RejectsFilesThatAreNotReadableScenes) {
   expect_user_error([&] { SceneReader r(missing); }, {missing, "no such file"});
   std::ofstream(text) << "not an HDF5 file\n";
   expect_user_error([&] { SceneReader r(text); },
-                    {text + ": not a readable HDF5 file (truncated or not HDF5?)"});
+                    {text + ": 17 bytes: not a Tessera file (truncated, or not a file Tessera "
+                            "wrote?)"});
   write_scene(path("s.h5"), uniform_cameras(4), true, true);
   const std::string bytes = test::read_file(path("s.h5"));
   std::ofstream(half, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  expect_user_error([&] { SceneReader r(half); }, {half + ": not a readable HDF5 file"});
+  expect_user_error([&] { SceneReader r(half); },
+                    {half + ": truncated: its seal says " + std::to_string(bytes.size()) +
+                     " bytes, the file has " + std::to_string(bytes.size() / 2)});
 
   const std::string other = path("other.h5");
-  const hid_t file = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  raw_set_string(file, "format", "something-else");
-  H5Fclose(file);
+  raw_set_string(RawFile::create(other).id, "format", "something-else");
   expect_user_error([&] { SceneReader r(other); }, {other, "\"something-else\""});
 }
 
@@ -419,14 +447,15 @@ TEST_F(SceneTest, RejectsANewerVersion) {
   write_scene(path("s.h5"), uniform_cameras(2), false, false);
   {
     RawFile file(path("s.h5"), H5F_ACC_RDWR);
-    const int32_t two = 2;
+    const int32_t newer = kSceneVersion + 1;
     const hid_t attr = H5Aopen(file.id, "version", H5P_DEFAULT);
-    H5Awrite(attr, H5T_NATIVE_INT32, &two);
+    H5Awrite(attr, H5T_NATIVE_INT32, &newer);
     H5Aclose(attr);
   }
   expect_user_error([&] { SceneReader r(path("s.h5")); },
-                    {path("s.h5") + ": written as tessera-scene version 2, this build reads "
-                                    "version 1; update Tessera"});
+                    {path("s.h5") + ": written as tessera-scene version " +
+                     std::to_string(kSceneVersion + 1) + ", this build reads version " +
+                     std::to_string(kSceneVersion) + "; update Tessera"});
 }
 
 TEST_F(SceneTest, RejectsBadCamerasAndLayoutNamingTheCamera) {
@@ -582,7 +611,7 @@ TEST_F(InfoTest, SummarisesAUniformScene) {
   const InfoResult r = info(path("s.h5"));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (const char* needle :
-       {"s.h5: tessera-scene version 1", "source:       test:round-trip", "file size:",
+       {"s.h5: tessera-scene version 2", "source:       test:round-trip", "file size:",
         "cameras:      7 (train 5, val 1, test 1)", "image size:   12x8 (all cameras",
         "fx:           100 .. 145 px", "distortion:   present (7 of 7 cameras)",
         "scene bounds: [-1, -2, -3] .. [1, 2, 3]", "near / far:   0.5 / 6.25",
@@ -606,9 +635,7 @@ TEST_F(InfoTest, RefusesOtherFilesWithExitCode2) {
            // A snapshot's format with nothing else: refused as damaged, not described.
            {"tessera-snapshot", "root attribute 'version' is missing"}}) {
     const std::string file = path(std::string(format) + ".h5");
-    const hid_t id = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    raw_set_string(id, "format", format);
-    H5Fclose(id);
+    raw_set_string(RawFile::create(file).id, "format", format);
     const InfoResult r = info(file);
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_TRUE(contains(r.err, needle)) << r.err;
@@ -619,7 +646,7 @@ TEST_F(InfoTest, RefusesOtherFilesWithExitCode2) {
   std::ofstream(path("text.h5")) << "text";
   const InfoResult text = info(path("text.h5"));
   EXPECT_EQ(text.code, 2);
-  EXPECT_TRUE(contains(text.err, "not a readable HDF5 file")) << text.err;
+  EXPECT_TRUE(contains(text.err, "not a Tessera file")) << text.err;
 }
 
 }  // namespace

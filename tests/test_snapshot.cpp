@@ -13,6 +13,8 @@
 #include <map>
 
 #include "distributed/errors.h"
+#include "framework/checksum.h"
+#include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
 #include "framework/snapshot.h"
 #include "tests/mpi_test_env.h"
@@ -111,13 +113,14 @@ void flip_bit(const std::string& path, int64_t offset, int bit = 3) {
   file.write(&byte, 1);
 }
 
-// Where the bytes of contiguous dataset `name` start in the file.
+// Where the bytes of contiguous dataset `name` start in the file (HDF5's addresses count from
+// its superblock, which follows the seal's block).
 int64_t data_offset(const std::string& path, const std::string& name) {
   data::h5::Id file = data::h5::open_file_read_only(path);
   data::h5::Id dataset = data::h5::open_dataset(file.get(), name);
   const haddr_t offset = H5Dget_offset(dataset.get());
   EXPECT_NE(offset, HADDR_UNDEF);
-  return static_cast<int64_t>(offset);
+  return static_cast<int64_t>(data::seal::kBlockBytes + offset);
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -129,33 +132,33 @@ bool contains(const std::string& text, const std::string& part) {
 TEST(SnapshotChecksum, PartialSumsOverAnySplitEqualTheWhole) {
   const torch::Tensor data = pattern_tensor(torch::kUInt8, {1000}, 7);
   const auto* bytes = data.data_ptr<uint8_t>();
-  const uint64_t whole = snapshot_checksum(bytes, 1000);
+  const uint64_t whole = checksum(bytes, 1000);
   for (const size_t a : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{13}, size_t{999}})
     for (const size_t b : {a, a + 1, a + 5, size_t{1000}}) {
       if (b > 1000) continue;
-      const uint64_t sum = snapshot_checksum_partial(bytes, a, 0) +
-                           snapshot_checksum_partial(bytes + a, b - a, a) +
-                           snapshot_checksum_partial(bytes + b, 1000 - b, b);
-      EXPECT_EQ(snapshot_checksum_finish(sum, 1000), whole) << "split at " << a << ", " << b;
+      const uint64_t sum = checksum_partial(bytes, a, 0) +
+                           checksum_partial(bytes + a, b - a, a) +
+                           checksum_partial(bytes + b, 1000 - b, b);
+      EXPECT_EQ(checksum_finish(sum, 1000), whole) << "split at " << a << ", " << b;
     }
 }
 
 TEST(SnapshotChecksum, EverySingleBitFlipChangesIt) {
   torch::Tensor data = pattern_tensor(torch::kUInt8, {67}, 3);
   auto* bytes = data.data_ptr<uint8_t>();
-  const uint64_t original = snapshot_checksum(bytes, 67);
+  const uint64_t original = checksum(bytes, 67);
   for (int i = 0; i < 67; ++i)
     for (int bit = 0; bit < 8; ++bit) {
       bytes[i] ^= static_cast<uint8_t>(1 << bit);
-      EXPECT_NE(snapshot_checksum(bytes, 67), original) << "byte " << i << " bit " << bit;
+      EXPECT_NE(checksum(bytes, 67), original) << "byte " << i << " bit " << bit;
       bytes[i] ^= static_cast<uint8_t>(1 << bit);
     }
   // Length counts: zero bytes of different lengths differ, and swapping two words is seen.
   const std::vector<uint8_t> zeros(16, 0);
-  EXPECT_NE(snapshot_checksum(zeros.data(), 8), snapshot_checksum(zeros.data(), 16));
+  EXPECT_NE(checksum(zeros.data(), 8), checksum(zeros.data(), 16));
   std::vector<uint8_t> swapped(bytes, bytes + 16);
   std::swap_ranges(swapped.begin(), swapped.begin() + 8, swapped.begin() + 8);
-  EXPECT_NE(snapshot_checksum(swapped.data(), 16), snapshot_checksum(bytes, 16));
+  EXPECT_NE(checksum(swapped.data(), 16), checksum(bytes, 16));
 }
 
 // ---- Names ----
@@ -211,7 +214,7 @@ TEST_P(SnapshotRoundTrip, EveryDtypeAndShapeBitwise) {
     EXPECT_EQ(reader.dtype(name), expected.scalar_type());
     const torch::Tensor stored =
         expected.scalar_type() == torch::kBool ? expected.to(torch::kUInt8) : expected;
-    EXPECT_EQ(reader.stored_checksum(name), snapshot_checksum(stored.data_ptr(), stored.nbytes()));
+    EXPECT_EQ(reader.stored_checksum(name), checksum(stored.data_ptr(), stored.nbytes()));
     if (expected.dim() > 0 && expected.size(0) > 1) {
       EXPECT_TRUE(same_bits(reader.read_rows(name, 1, expected.size(0) - 1),
                             expected.slice(0, 1)));
@@ -294,24 +297,40 @@ TEST(Snapshot, BadFilesAreUserErrorsThatSayWhatIsWrong) {
   };
   EXPECT_TRUE(contains(message_of(dir / "none.h5"), "no such file"));
   std::ofstream(dir / "text.h5") << "not hdf5";
-  EXPECT_TRUE(contains(message_of(dir / "text.h5"), "not a readable HDF5 file"));
+  EXPECT_TRUE(contains(message_of(dir / "text.h5"), "not a Tessera file"));
+  {
+    // HDF5 of another program (or an unsealed version-1 snapshot): refused before HDF5 reads it.
+    const hid_t id = H5Fcreate((dir / "plain.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(id, 0);
+    data::h5::Id file(id, H5Fclose);
+    data::h5::write_string_attribute(file.get(), "format", kSnapshotFormat);
+    data::h5::write_int_attribute(file.get(), "version", 1);
+  }
+  const std::string plain = message_of(dir / "plain.h5");
+  EXPECT_TRUE(contains(plain, "an HDF5 file without a Tessera seal")) << plain;
+  // The files below are sealed, so that the reader's own checks are reached.
   {
     data::h5::Id file = data::h5::create_file(dir / "scene.h5");
     data::h5::write_string_attribute(file.get(), "format", "tessera-scene");
   }
+  data::seal::seal(dir / "scene.h5");
   EXPECT_TRUE(contains(message_of(dir / "scene.h5"), "its format is \"tessera-scene\""));
   {
     data::h5::Id file = data::h5::create_file(dir / "future.h5");
     data::h5::write_string_attribute(file.get(), "format", kSnapshotFormat);
-    data::h5::write_int_attribute(file.get(), "version", 2);
+    data::h5::write_int_attribute(file.get(), "version", kSnapshotVersion + 1);
   }
+  data::seal::seal(dir / "future.h5");
   const std::string future = message_of(dir / "future.h5");
-  EXPECT_TRUE(contains(future, "version 2") && contains(future, "update Tessera")) << future;
+  EXPECT_TRUE(contains(future, "version " + std::to_string(kSnapshotVersion + 1)) &&
+              contains(future, "update Tessera"))
+      << future;
   {
     data::h5::Id file = data::h5::create_file(dir / "partial.h5");
     data::h5::write_string_attribute(file.get(), "format", kSnapshotFormat);
-    data::h5::write_int_attribute(file.get(), "version", 1);
+    data::h5::write_int_attribute(file.get(), "version", kSnapshotVersion);
   }
+  data::seal::seal(dir / "partial.h5");
   EXPECT_TRUE(contains(message_of(dir / "partial.h5"), "is missing"));
   EXPECT_FALSE(validate_snapshot(dir / "partial.h5").empty());
 }
@@ -341,18 +360,29 @@ TEST(Snapshot, BitFlipsInDataAndAttributesAreDetected) {
   const std::string flipped = dir / "flipped.h5";
   fs::copy_file(good, flipped);
   flip_bit(flipped, data_offset(flipped, "params/w") + 1234);
+  // The seal refuses the whole file before HDF5 reads it.
+  const std::string sealed_problem = validate_snapshot(flipped);
+  EXPECT_TRUE(contains(sealed_problem, flipped + ": damaged: its checksum is"))
+      << sealed_problem;
+  EXPECT_THROW(SnapshotReader{flipped}, UserError);
+
+  // Sealed again (damage before the seal was written, as a writer's bug would leave it): the
+  // dataset's own checksum still finds it, and only that dataset is refused.
+  data::seal::seal(flipped);
   const std::string problem = validate_snapshot(flipped);
   EXPECT_TRUE(contains(problem, "\"params/w\" is damaged")) << problem;
   EXPECT_THROW(SnapshotReader(flipped).read("params/w"), UserError);
   EXPECT_NO_THROW(SnapshotReader(flipped).read("state/step_scalar"));
 
-  // One bit of the stored config text.
+  // One bit of the stored config text, sealed again: the meta checksum finds it.
   const std::string text = test::read_file(good);
   const size_t at = text.find("snapshot-test");
   ASSERT_NE(at, std::string::npos);
   const std::string config_flip = dir / "config_flip.h5";
   fs::copy_file(good, config_flip);
   flip_bit(config_flip, static_cast<int64_t>(at) + 2, 0);
+  EXPECT_TRUE(contains(validate_snapshot(config_flip), "damaged: its checksum is"));
+  data::seal::seal(config_flip);
   const std::string meta_problem = validate_snapshot(config_flip);
   EXPECT_TRUE(contains(meta_problem, "root attributes")) << meta_problem;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "distributed/errors.h"
+#include "framework/checksum.h"
 #include "framework/snapshot.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
@@ -98,7 +99,7 @@ std::vector<int64_t> row_counts(int layout) {
 uint64_t whole_checksum(const Case& c, int64_t total_rows, uint64_t seed) {
   torch::Tensor all = global_rows(c.dtype, c.rest, seed, 0, total_rows);
   if (all.scalar_type() == torch::kBool) all = all.to(torch::kUInt8);
-  return snapshot_checksum(all.data_ptr(), all.nbytes());
+  return checksum(all.data_ptr(), all.nbytes());
 }
 
 // Writes every case sharded by `rows`, plus a replicated tensor, and commits.

@@ -2,9 +2,8 @@
 // bad input causes (a missing file, a file that is not HDF5) become UserError, printed quietly.
 #include "framework/data/h5.h"
 
-#include <filesystem>
-
 #include "distributed/errors.h"
+#include "framework/data/file_seal.h"
 
 namespace tessera::data::h5 {
 
@@ -196,12 +195,15 @@ namespace {
 
 // H5Fcreate with `fapl`, closing SEMI: closing fails while objects are still open, so a
 // successful close() means the file is complete on disk (the writer renames it right after).
+// The file starts with a user block of seal::kBlockBytes for the writer's seal.
 Id create_with(const std::string& path, Id fapl) {
   H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));
+  Id fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_userblock(fcpl.get(), seal::kBlockBytes));
   hid_t file = H5I_INVALID_HID;
   {
     QuietErrors quiet;
-    file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+    file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
   }
   if (file < 0)
     throw UserError(path + ": cannot create the file (does the directory exist, is it writable?)");
@@ -213,18 +215,14 @@ Id create_with(const std::string& path, Id fapl) {
 Id create_file(const std::string& path) { return create_with(path, file_access()); }
 
 Id open_file_read_only(const std::string& path) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (!std::filesystem::exists(status)) throw UserError(path + ": no such file");
-  if (std::filesystem::is_directory(status))
-    throw UserError(path + ": is a directory, not an HDF5 file");
+  seal::verify(path);
   Id fapl = file_access();
   hid_t file = H5I_INVALID_HID;
   {
     QuietErrors quiet;
     file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   }
-  if (file < 0) throw UserError(path + ": not a readable HDF5 file (truncated or not HDF5?)");
+  if (file < 0) throw UserError(path + ": sealed, but not a readable HDF5 file");
   return Id(file, H5Fclose);
 }
 

@@ -92,16 +92,17 @@ bool has_type(hid_t dataset, Type type);
 std::string describe_type(hid_t dataset);
 
 // ---- Files ----
-// Creates (truncating) `path`. Throws UserError when it cannot be created.
+// Creates (truncating) `path`, with room for a seal before HDF5's part (framework/data/
+// file_seal.h): the writer seals it once closed. Throws UserError when it cannot be created.
 Id create_file(const std::string& path);
-// Opens `path` read-only with the default (serial) driver, so each rank may open it on its own.
-// Throws UserError "PATH: no such file" or "PATH: not a readable HDF5 file (truncated or not
-// HDF5?)".
+// Checks `path`'s seal (seal::verify: the whole file is read once), then opens it read-only with
+// the default (serial) driver, so each rank may open it on its own. Throws UserError "PATH: ..."
+// naming a missing, unsealed, truncated or damaged file.
 Id open_file_read_only(const std::string& path);
 void flush(hid_t file);
 #ifdef H5_HAVE_PARALLEL
 // Creates (truncating) `path` collectively over `comm` with the MPI-IO driver, with collective
-// metadata reads and writes. Every rank of `comm` must call it. Throws UserError when it cannot be
+// metadata reads and writes, and room for a seal as create_file. Every rank of `comm` must call it. Throws UserError when it cannot be
 // created.
 Id create_file_mpio(const std::string& path, MPI_Comm comm);
 #endif

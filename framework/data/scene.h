@@ -1,4 +1,4 @@
-// The tessera-scene v1 dataset (docs/formats.md): cameras, images, optional alpha
+// The tessera-scene v2 dataset (docs/formats.md): cameras, images, optional alpha
 // and points, in one HDF5 file. SceneWriter streams it to a temporary name and renames it when
 // complete; SceneReader validates it and reads only the images a rank asks for (hyperslabs).
 #pragma once
@@ -17,7 +17,8 @@
 namespace tessera::data {
 
 constexpr const char* kSceneFormat = "tessera-scene";
-constexpr int kSceneVersion = 1;
+// 2: sealed (framework/data/file_seal.h); version 1 files had no seal and are refused by it.
+constexpr int kSceneVersion = 2;
 
 // One pinhole camera with OpenCV distortion and an OpenCV-convention pose
 // (x right, y down, z forward; camera_to_world maps camera coordinates to world coordinates).

@@ -1,4 +1,4 @@
-// Private to scene*.cpp: the names, storage settings and shared checks of the tessera-scene v1
+// Private to scene*.cpp: the names, storage settings and shared checks of the tessera-scene v2
 // layout (docs/formats.md), so that the writer and the reader cannot disagree.
 #pragma once
 

@@ -1,11 +1,12 @@
-// SceneWriter: writes a tessera-scene v1 file under a temporary name in the target directory and
-// renames it into place on commit(), so readers never see a half-written dataset.
+// SceneWriter: writes a tessera-scene v2 file under a temporary name in the target directory and
+// seals it and renames it into place on commit(), so readers never see a half-written dataset.
 #include <unistd.h>
 
 #include <filesystem>
 #include <stdexcept>
 
 #include "distributed/errors.h"
+#include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
 #include "framework/data/scene.h"
 #include "framework/data/scene_layout.h"
@@ -227,6 +228,7 @@ void SceneWriter::commit() {
   w.rgb.close();
   h5::flush(w.file.get());
   w.file.close();
+  seal::seal(w.temp_path);
   std::filesystem::rename(w.temp_path, w.path);
   w.committed = true;
 }

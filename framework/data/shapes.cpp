@@ -1,5 +1,5 @@
-// tessera-shapes v1 files: write_shapes (atomic) and ShapesReader (checked layout, hyperslab reads
-// of single shapes). The layout is docs/formats.md's "tessera-shapes v1".
+// tessera-shapes v2 files: write_shapes (atomic) and ShapesReader (checked layout, hyperslab reads
+// of single shapes). The layout is docs/formats.md's "tessera-shapes v2".
 #include "framework/data/shapes.h"
 
 #include <unistd.h>
@@ -11,6 +11,7 @@
 
 #include "distributed/errors.h"
 #include "framework/data/fingerprint.h"
+#include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
 
 namespace tessera::data::shapes {
@@ -110,6 +111,7 @@ void write_shapes(const std::string& path, const torch::Tensor& points,
     kind_set.close();
     h5::flush(root);
     file.close();
+    seal::seal(temp);
     std::filesystem::rename(temp, path);
   } catch (...) {
     std::error_code ignored;

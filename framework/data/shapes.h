@@ -1,4 +1,4 @@
-// tessera-shapes v1 (docs/formats.md): a dataset of 3D shapes, each P points sampled on its
+// tessera-shapes v2 (docs/formats.md): a dataset of 3D shapes, each P points sampled on its
 // surface with their normals and colors, split into train/val/test by shape; the data of point
 // cloud models (the diffusion family). `tessera synth --preset shapes` writes one from procedural
 // primitives whose surfaces are known exactly (generate_shapes); ShapesReader reads any subset
@@ -19,7 +19,8 @@
 namespace tessera::data::shapes {
 
 constexpr const char* kShapesFormat = "tessera-shapes";
-constexpr int kShapesVersion = 1;
+// 2: sealed (framework/data/file_seal.h); version 1 files had no seal and are refused by it.
+constexpr int kShapesVersion = 2;
 
 // The kinds of /kind, in this order (also the root attribute `kinds`).
 enum class Kind : int32_t { Sphere = 0, Box = 1, Torus = 2, Capsule = 3, Cone = 4, Union = 5 };
@@ -98,7 +99,7 @@ GenerateSummary write_generated_shapes(const GenerateOptions& options, const std
 
 // ---- Files -----------------------------------------------------------------------------------
 
-// Writes a tessera-shapes v1 file atomically from whole tensors: points, normals [N, P, 3] and
+// Writes a tessera-shapes v2 file atomically from whole tensors: points, normals [N, P, 3] and
 // colors [N, P, 3] float32 (colors in [0, 1]), split [N] uint8 (0 train, 1 val, 2 test), kind [N]
 // int32. UserError for tensors of the wrong shape or type, or values out of range.
 void write_shapes(const std::string& path, const torch::Tensor& points,
@@ -110,7 +111,7 @@ struct ShapeBatch {
   torch::Tensor points, normals, colors;
 };
 
-// Reads a tessera-shapes v1 file. The constructor reads the root attributes, /split and /kind and
+// Reads a tessera-shapes v2 file. The constructor reads the root attributes, /split and /kind and
 // checks every dataset's type and shape (UserError "PATH: ..." naming what is wrong); the points
 // are read only by read(), shape by shape (each shape is one chunk).
 class ShapesReader : public Dataset {

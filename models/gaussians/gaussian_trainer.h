@@ -170,7 +170,7 @@ class GaussianTrainer {
   // functions of the step, so the rows, their Adam moments and densify statistics, the ids, the
   // next id and the step count are the whole training state.
   static constexpr const char* kSnapshotModel = "gaussians";  // SnapshotMeta::model
-  // Writes the state after steps_done() steps to `path` (tessera-snapshot v1, atomic; collective
+  // Writes the state after steps_done() steps to `path` (tessera-snapshot v2, atomic; collective
   // over `context`, whose ranks must be comm's): every rank's rows in rank order and the per-rank
   // row counts. `parallel`: SnapshotWriterOptions::parallel. (A TrainingRun writes its snapshots with
   // save_state inside its own frame.)

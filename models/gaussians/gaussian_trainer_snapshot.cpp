@@ -1,4 +1,4 @@
-// GaussianTrainer snapshots (tessera-snapshot v1, docs/formats.md "Gaussian runs"): every rank's
+// GaussianTrainer snapshots (tessera-snapshot v2, docs/formats.md "Gaussian runs"): every rank's
 // rows with their Adam moments and densify statistics, for exact resume and `tessera export`.
 #include <algorithm>
 #include <array>
