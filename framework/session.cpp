@@ -83,8 +83,9 @@ void check_before_ranks(const Config& config, const FamilyRegistry& families,
                     "synth` or `tessera convert` and set data.path (or --set data.path=FILE)");
   check_family_config(config, families, config.source_path);
   if (!resume.empty() && resume != "auto") {
-    // Format and root attributes only: loading verifies each dataset's checksum as it reads
-    // it, so the file is read once, not twice.
+    // The seal, format and root attributes only: loading verifies each dataset's checksum as it
+    // reads it, so the datasets are not verified twice (the seal reads the file here and again
+    // when the run loads it).
     try {
       const SnapshotReader probe(resume);
     } catch (const UserError& e) {

@@ -212,10 +212,8 @@ struct SnapshotWriter::Impl {
 
   void write(const std::string& name, const torch::Tensor& tensor, bool sharded);
 
-  // Completes the file: the dataset count, a flush, the close (collective in parallel mode) and
-  // an fsync on rank 0. Returns "" or why it failed.
   // The dataset count, a flush and close (collective in parallel mode); rank 0 alone seals a
-  // file it wrote alone.
+  // file it wrote alone. Returns "" or why it failed.
   std::string attempt_commit_close() {
     return attempt([&] {
       if (file.valid()) {
@@ -230,15 +228,24 @@ struct SnapshotWriter::Impl {
 
   // Collective, parallel mode: the seal of a file every rank wrote, each rank reading an even
   // slice of it for the checksum; rank 0 writes the seal. "" or why it failed (agreed).
+  // The size is rank 0's, so that the slices cover the file even where another node's view of
+  // its size lags (a rank that cannot read its slice fails the commit).
   Failure seal_in_parallel() {
     uint64_t bytes = 0, sum = 0;
-    std::string error = attempt([&] {
-      bytes = data::seal::body_bytes(temp_path);
+    std::string error = rank() == 0 ? attempt([&] { bytes = data::seal::body_bytes(temp_path); })
+                                    : "";
+    Failure failure = agree(context, error, "measuring " + temp_path);
+    if (failure.failed()) return failure;
+    {
+      distributed::Watchdog::Scope watch(context.watchdog(), "snapshot: size of the file");
+      MPI_CHECK(MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, context.world()));
+    }
+    error = attempt([&] {
       const auto [begin, end] = even_slice(static_cast<int64_t>(bytes), rank(), size());
       sum = data::seal::body_sum(temp_path, static_cast<uint64_t>(begin),
                                  static_cast<uint64_t>(end));
     });
-    Failure failure = agree(context, error, "reading " + temp_path + " for its seal");
+    failure = agree(context, error, "reading " + temp_path + " for its seal");
     if (failure.failed()) return failure;
     {
       distributed::Watchdog::Scope watch(context.watchdog(), "snapshot: checksum of the file");

@@ -97,8 +97,9 @@ TEST_F(SealTest, EveryDamagedByteIsRefusedNamingTheFile) {
     write_bytes(damaged, bytes);
     const std::string message = refusal(damaged);
     EXPECT_EQ(message.rfind(damaged + ": ", 0), 0u) << "byte " << at << ": '" << message << "'";
-    if (at >= seal::kBlockBytes) EXPECT_TRUE(contains(message, "damaged: its checksum is"))
-        << "byte " << at << ": " << message;
+    if (at >= seal::kBlockBytes) {
+      EXPECT_TRUE(contains(message, "damaged: its checksum is")) << "byte " << at << ": " << message;
+    }
     refused += !message.empty();
   }
   EXPECT_EQ(refused, static_cast<int>(good.size()));
@@ -117,6 +118,8 @@ TEST_F(SealTest, TruncatedExtendedAndForeignFilesAreNamed) {
   write_bytes(cut, good.substr(0, 100));
   EXPECT_EQ(refusal(cut),
             cut + ": 100 bytes: not a Tessera file (truncated, or not a file Tessera wrote?)");
+  write_bytes(cut, good.substr(seal::kBlockBytes, 100));  // the start of HDF5's part alone
+  EXPECT_TRUE(contains(refusal(cut), cut + ": an HDF5 file without a Tessera seal")) << refusal(cut);
   const std::string longer = path("longer.h5");
   write_bytes(longer, good + "x");
   EXPECT_TRUE(contains(refusal(longer), longer + ": longer than it was written")) << refusal(longer);
@@ -138,7 +141,7 @@ TEST_F(SealTest, TruncatedExtendedAndForeignFilesAreNamed) {
   newer[13] = '2';
   write_bytes(text, newer);
   EXPECT_EQ(refusal(text), text + ": sealed by a newer Tessera (seal version 2, this build reads "
-                                  "version 1); update Tessera");
+                                  "version 1); update Tessera (or the file is damaged)");
   // A seal that parses but is not written as Tessera writes it (a leading zero).
   std::string padded = good;
   const size_t digits = padded.find("body-bytes ") + 11;

@@ -134,7 +134,11 @@ struct RawFile {
   }
   ~RawFile() {
     if (id >= 0) H5Fclose(id);
-    if (reseal) seal::seal(path);
+    try {
+      if (reseal) seal::seal(path);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "sealing " << path << " again: " << e.what();
+    }
   }
 
  private:

@@ -36,6 +36,11 @@ std::string os_error() { return std::strerror(errno); }
 // A file descriptor that closes itself.
 struct Fd {
   int fd = -1;
+  Fd() = default;
+  Fd(Fd&& other) noexcept : fd(other.fd) { other.fd = -1; }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
@@ -108,7 +113,8 @@ std::string unsealed_reason(const unsigned char* block) {
   if (version[0] >= '1' && version[0] <= '9' && version[0] - '0' > kSealVersion &&
       version[1] == '\n')
     return "sealed by a newer Tessera (seal version " + std::string(1, version[0]) +
-           ", this build reads version " + std::to_string(kSealVersion) + "); update Tessera";
+           ", this build reads version " + std::to_string(kSealVersion) +
+           "); update Tessera (or the file is damaged)";
   return "its seal (the first " + std::to_string(kBlockBytes) + " bytes) is damaged";
 }
 
@@ -173,11 +179,16 @@ void write(const std::string& path, uint64_t sum, uint64_t bytes) {
   while (left > 0) {
     const ssize_t put = ::pwrite(file.fd, data, left, offset);
     if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) throw std::runtime_error(path + ": cannot write its seal (" + os_error() + ")");
+    if (put < 0) throw std::runtime_error(path + ": cannot write its seal (" + os_error() + ")");
+    if (put == 0) throw std::runtime_error(path + ": cannot write its seal (nothing written)");
     data += put;
     left -= static_cast<uint64_t>(put);
     offset += put;
   }
+  // Durable before the writer renames the file into place: a crash must not leave a named file
+  // whose seal never reached the disk.
+  if (::fsync(file.fd) != 0)
+    throw std::runtime_error(path + ": cannot sync its seal (" + os_error() + ")");
 }
 
 void seal(const std::string& path) {
