@@ -285,6 +285,11 @@ TEST_F(ResumeTest, SnapshotBenchReportsBothModes) {
     const int64_t bytes = std::stoll(line.substr(at + 8));
     EXPECT_GE(bytes, payload) << line;
     EXPECT_LT(bytes, payload + 200000) << line;
+    for (const char* key : {"\"seal_s\":", "\"plain_read_s\":", "\"seal_vs_plain_read\":"}) {
+      const size_t field = line.find(key);
+      ASSERT_NE(field, std::string::npos) << key << " in " << line;
+      EXPECT_GT(std::stod(line.substr(field + std::string(key).size())), 0.0) << key << line;
+    }
   }
   EXPECT_EQ(lines, 2) << job.output;
 }
