@@ -298,6 +298,37 @@ def bench_rows(raw, cmds, prefix, bench):
     return labels, rows
 
 
+def section_snapshot(raw, cmds):
+    out = ["## Snapshots: write, read and the seal (`tessera bench snapshot`)", ""]
+    labels, rows = bench_rows(raw, cmds, "snapshot", "snapshot")
+    if not labels:
+        out.append("Not run (left out with `--only`).")
+        return "\n".join(out)
+    out += ["A sharded 3DGS-shaped state (59 floats per Gaussian plus two Adam moments) written as "
+            "one snapshot and read back, each rank its own rows: parallel HDF5 (every rank writes "
+            "its hyperslab) vs gathered to rank 0, medians of the slowest rank. Both times include "
+            "the seal (docs/formats.md, \"The seal\"): written after the close, checked before "
+            "HDF5 opens the file. Seal check = rank 0 checking the whole file's seal; plain read = "
+            "rank 0 reading the same file without hashing, in the same run (both from the page "
+            "cache): the ratio is the checksum's cost over the I/O.", ""]
+    if not rows:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    gathered = {r["ranks"]: r for r in rows if r["mode"] == "gathered"}
+    trs = []
+    for r in rows:
+        base = gathered.get(r["ranks"], r)
+        trs.append([f"{r['count']:,}", r["ranks"], r["mode"], fmt(r["bytes"] / MIB), fmt(r["write_s"]),
+                    ratio(r["write_s"], base["write_s"]), fmt(r["read_s"]), fmt(r["validate_s"]),
+                    fmt(r.get("seal_s", 0)), fmt(r.get("plain_read_s", 0)),
+                    f"{r.get('seal_vs_plain_read', 0):.2f}×"])
+    out.append(table(["Gaussians", "ranks", "mode", "file (MiB)", "write (s)", "write vs gathered",
+                      "read (s)", "validate (s)", "seal check (s)", "plain read (s)",
+                      "seal check vs plain read"], trs))
+    out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
+    return "\n".join(out)
+
+
 def section_gaussians(raw, cmds, plots, doc_dir, meta):
     out = ["## Gaussian splatting: memory and time per rank (`tessera bench gaussians`)", ""]
     labels, rows = bench_rows(raw, cmds, "gaussians", "gaussians")
@@ -530,7 +561,7 @@ def main():
     if quick:
         doc += ["> **Quick variant** (`--quick`): fewer repeats and smaller sizes (a 32×32 scene, 512-ray "
                 "training steps, 256-ray fixed batches, one timed repeat, 16 MiB largest allreduce, 0.05 s "
-                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run; the 3DGS step phases at full size with 2 timed steps). Good for spotting regressions, noisy as absolute numbers. Run "
+                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run; the 3DGS step phases at full size with 2 timed steps; one timed snapshot write and read per mode). Good for spotting regressions, noisy as absolute numbers. Run "
                 "`launch/bench-report` without `--quick` for the full variant.", ""]
     load = f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end"
     doc += ["## Machine and build", "",
@@ -566,6 +597,8 @@ def main():
         doc += [section_gstep(a.raw, cmds), ""]
     if "diffusion" in sections:
         doc += [section_diffusion(a.raw, cmds, a.plots, doc_dir), ""]
+    if "snapshot" in sections:
+        doc += [section_snapshot(a.raw, cmds), ""]
     doc += ["## Commands", "",
             "Run from the repository root, in this order (`mpirun` flags from `launch/common.sh`); seconds "
             "are wall time.", "",
