@@ -387,6 +387,36 @@ TEST(Snapshot, BitFlipsInDataAndAttributesAreDetected) {
   EXPECT_TRUE(contains(meta_problem, "root attributes")) << meta_problem;
 }
 
+TEST(Snapshot, ADamagedGroupIsAUserErrorNamingTheFile) {
+  // A sealed snapshot whose "params" group cannot be opened (its object header's version byte
+  // flipped, then sealed again, as a writer's bug would leave it): HDF5 still opens the file and
+  // reads the root attributes, but fails while listing the datasets. The reader turns HDF5's
+  // internal error into a UserError naming the file, never exit 1.
+  TempDir dir;
+  const std::string damaged = dir / "damaged.h5";
+  write_small(damaged, 1);
+  haddr_t header = HADDR_UNDEF;
+  {
+    data::h5::Id file = data::h5::open_file_read_only(damaged);
+    H5O_info_t info;
+    ASSERT_GE(H5Oget_info_by_name2(file.get(), "params", &info, H5O_INFO_BASIC, H5P_DEFAULT), 0);
+    header = info.addr;
+  }
+  ASSERT_NE(header, HADDR_UNDEF);
+  flip_bit(damaged, static_cast<int64_t>(data::seal::kBlockBytes + header), 2);
+  data::seal::seal(damaged);
+  std::string message = "no UserError";
+  try {
+    SnapshotReader reader(damaged);
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(contains(message, damaged + ": cannot read its metadata (the file is damaged)"))
+      << message;
+  const std::string problem = validate_snapshot(damaged);
+  EXPECT_TRUE(contains(problem, "cannot read its metadata")) << problem;
+}
+
 // ---- Finding, rotation ----
 
 TEST(Snapshot, FindLatestSkipsADamagedNewestOneWithAWarning) {
