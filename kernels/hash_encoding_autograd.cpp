@@ -74,9 +74,11 @@ std::vector<HashGridLevel> hash_grid_levels(const HashEncodingConfig& config) {
                 "hash_encoding: level ", l, " would have ", scaled, " cells per axis, more than ",
                 kHashEncodingMaxResolution, "; lower per_level_scale or levels");
     const int64_t n = static_cast<int64_t>(std::floor(scaled + kHashEncodingResolutionSlack));
-    const int64_t vertices = n + 1;  // per axis; vertices^3 <= (2^24 + 1)^3 fits in int64
+    const int64_t vertices = n + 1;  // per axis, at most 2^24 + 1
     levels[l].resolution = n;
-    levels[l].dense = vertices * vertices * vertices <= table_size;
+    // vertices^3 <= table_size, without forming vertices^3 (up to 2^72, past int64): for
+    // positive integers v^2 * v <= T exactly when v^2 <= floor(T / v), and v^2 fits.
+    levels[l].dense = vertices * vertices <= table_size / vertices;
   }
   return levels;
 }

@@ -99,7 +99,8 @@ TEST(GaussianSharding, MortonCodesMatchBitLoop) {
         want[i] = naive_morton(exact.data_ptr<double>() + 3 * i, box, bits);
       report("morton bits " + std::to_string(bits), got, torch::tensor(want, torch::kInt64));
       EXPECT_EQ(got[0].item<int64_t>(), 0);
-      EXPECT_EQ(got[1].item<int64_t>(), (int64_t{1} << (3 * bits)) - 1);
+      // All 3 * bits low bits set (63 bits at most: computed unsigned, 2^63 is past int64).
+      EXPECT_EQ(got[1].item<int64_t>(), static_cast<int64_t>((uint64_t{1} << (3 * bits)) - 1));
     }
   }
   SceneBounds flat = box;

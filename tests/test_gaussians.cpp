@@ -61,7 +61,8 @@ gs::GaussianParams random_params(int64_t n, uint64_t seed) {
 
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+         (a.nbytes() == 0 ||  // an empty tensor's data pointer may be null: no memcmp then
+          std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0);
 }
 
 // ---------------------------------------------------------------------------------------- PLY

@@ -200,6 +200,21 @@ TEST(HashEncoding, ResolutionsAndPerLevelScale) {
   EXPECT_EQ(odd[2].resolution, 6);
   EXPECT_EQ(odd[3].resolution, 10);
   EXPECT_THROW(hash_encoding_per_level_scale(16, 8, 4), c10::Error);
+
+  // The finest resolutions allowed: (N + 1)^3 vertices is past int64 there ((2^21 + 1)^3 wrapped
+  // to a negative count once and read as dense), yet every such level is hashed, and a level
+  // whose vertices exactly fill the table is dense.
+  c = make_config(4, 2, 30, 1 << 21, 2.0);  // 2^21, 2^22, 2^23, 2^24 cells per axis
+  const auto finest = hash_grid_levels(c);
+  ASSERT_EQ(finest.size(), 4u);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ(finest[l].resolution, int64_t{1} << (21 + l)) << "level " << l;
+    EXPECT_FALSE(finest[l].dense) << "level " << l;
+  }
+  c = make_config(1, 2, 30, 1023, 1.0);  // 1024^3 = 2^30 vertices: the table exactly
+  EXPECT_TRUE(hash_grid_levels(c)[0].dense);
+  c = make_config(1, 2, 30, 1024, 1.0);  // 1025^3 > 2^30
+  EXPECT_FALSE(hash_grid_levels(c)[0].dense);
 }
 
 // The CPU backward owns a level per task and walks points in order: bitwise equal for 1 and 2

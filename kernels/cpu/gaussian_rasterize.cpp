@@ -263,7 +263,7 @@ template <typename T>
 class LaneArray {
  public:
   T* zeroed(int64_t n) {
-    if (n > capacity_) {
+    if (n > capacity_ || data_ == nullptr) {  // never memset a null pointer, even for n = 0
       const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T) + 63) / 64 * 64;
       data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
       if (data_ == nullptr) std::abort();
