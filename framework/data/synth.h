@@ -36,6 +36,9 @@ constexpr int kSurfacePoints = 4000;
 
 // Deterministic random numbers (SplitMix64): the same on every platform and standard library,
 // which std::uniform_real_distribution does not promise. `stream` separates independent uses.
+// Draw in separate statements (or inside one braced list, which is ordered): the arguments of
+// one call are evaluated in an order each compiler picks, so f(rng.uniform(), rng.uniform())
+// gives different scenes under gcc and clang.
 class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream);

@@ -159,8 +159,12 @@ void build_objects(SynthScene& scene) {
     if (s.kind == ShapeKind::Box)
       s.half_extents = {rng.uniform(0.12, 0.28), rng.uniform(0.12, 0.28), rng.uniform(0.12, 0.28)};
     if (s.kind == ShapeKind::Torus) s.major = rng.uniform(0.22, 0.32), s.minor = rng.uniform(0.06, 0.1);
-    if (rotated && s.kind != ShapeKind::Sphere)
-      s.frame.rotation = axis_angle_rotation(random_unit(rng), rng.uniform(0.3, 1.3));
+    if (rotated && s.kind != ShapeKind::Sphere) {
+      // Draws in separate statements: the order of a call's arguments is up to the compiler.
+      const double angle = rng.uniform(0.3, 1.3);
+      const Vec3 axis = random_unit(rng);
+      s.frame.rotation = axis_angle_rotation(axis, angle);
+    }
     s.texture = random_texture(rng, 0.15);
     for (int attempt = 0;; ++attempt) {
       if (attempt > 0 && attempt % kPlacementTries == 0) disc *= 1.1;
@@ -275,8 +279,10 @@ void build_room(SynthScene& scene) {
     scene.shapes.push_back(s);
   };
   const double table_h = 0.75;
-  const Shape table = add_box({rng.uniform(-0.3, 0.3), rng.uniform(-0.2, 0.2), 0.5 * table_h},
-                              {0.6, 0.4, 0.5 * table_h}, rng.uniform(-0.3, 0.3), 0.2);
+  const double table_turn = rng.uniform(-0.3, 0.3);  // before the position (as above)
+  const double table_x = rng.uniform(-0.3, 0.3), table_y = rng.uniform(-0.2, 0.2);
+  const Shape table = add_box({table_x, table_y, 0.5 * table_h}, {0.6, 0.4, 0.5 * table_h},
+                              table_turn, 0.2);
   add_ball(table.frame.center + Vec3{rng.uniform(-0.3, 0.3), 0, 0.5 * table_h + 0.2}, 0.2);
   const double cabinet_x = rng.uniform(-2.5, 2.5);
   add_box({cabinet_x, kRoomY - 0.3, 0.9}, {0.5, 0.3, 0.9}, 0, 0.3);
