@@ -10,6 +10,7 @@
 
 #include "distributed/errors.h"
 #include "distributed/gaussian_sharding.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tessera::distributed {
 
@@ -119,7 +120,7 @@ torch::Tensor destination_ranks(const torch::Tensor& rects, int64_t tiles_x, int
   torch::Tensor out = torch::zeros({n, parts}, torch::kBool);
   const int64_t* rp = r.data_ptr<int64_t>();
   bool* op = out.data_ptr<bool>();
-  at::parallel_for(0, n, kRectsPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, n, kRectsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t x0 = rp[4 * p], x1 = rp[4 * p + 1], y0 = rp[4 * p + 2], y1 = rp[4 * p + 3];
       if (x1 <= x0) continue;

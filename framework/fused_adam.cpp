@@ -1,6 +1,7 @@
 // adam_step (see fused_adam.h). Compiled with -O3 -fno-math-errno (framework/CMakeLists.txt) so
 // that the per-element loop vectorizes (sqrt without errno).
 #include "framework/fused_adam.h"
+#include "kernels/cpu/parallel.h"
 
 #include <ATen/Parallel.h>
 
@@ -24,7 +25,7 @@ bool fusable(const torch::Tensor& p, const torch::optim::AdamOptions& o) {
 // c1 = 1 - beta1 and c2 = 1 - beta2 computed in double and rounded once, as torch does.
 void update(float* p, const float* g, float* m, float* v, int64_t n, float b1, float c1,
             float b2, float c2, float sqrt_bc2, float eps, float step_size) {
-  at::parallel_for(0, n, kValuesPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, n, kValuesPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float gi = g[i];
       const float mi = m[i] * b1 + gi * c1;

@@ -12,6 +12,7 @@
 #include "distributed/errors.h"
 #include "framework/data/lens.h"
 #include "framework/hashing.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tessera {
 
@@ -30,7 +31,7 @@ void undistort_in_place(const std::vector<data::Camera>& cameras, const torch::T
   const int64_t* cam = index.data_ptr<int64_t>();
   double* xs = dx->data_ptr<double>();
   double* ys = dy->data_ptr<double>();
-  at::parallel_for(0, dx->numel(), kRaysPerUndistortTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, dx->numel(), kRaysPerUndistortTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const data::Camera& c = cameras[static_cast<size_t>(cam[i])];
       if (data::has_distortion(c)) data::undistort(c, xs[i], ys[i], &xs[i], &ys[i]);

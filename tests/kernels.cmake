@@ -1,5 +1,6 @@
 # Tests and benchmarks of the differentiable ops in kernels/ (included from tests/CMakeLists.txt).
 # CUDA cases inside each test skip cleanly where no GPU is visible.
+tessera_add_test(test_parallel SOURCES test_parallel.cpp LIBS tessera_kernels LABELS threads)
 tessera_add_test(test_volume_render SOURCES test_volume_render.cpp LIBS tessera_kernels LABELS cuda threads)
 tessera_add_test(test_hash_encoding SOURCES test_hash_encoding.cpp LIBS tessera_kernels LABELS cuda threads)
 tessera_add_test(test_ray_march SOURCES test_ray_march.cpp LIBS tessera_kernels LABELS cuda threads)

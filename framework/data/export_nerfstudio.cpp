@@ -13,6 +13,7 @@
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
 #include "framework/data/import.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tessera::data {
 
@@ -95,7 +96,7 @@ void export_nerfstudio(const std::string& scene_path, const std::string& out_dir
       rgb[j] = reader.read_image(first + j);
       alpha[j] = reader.has_alpha() ? reader.read_alpha(first + j) : torch::Tensor();
     }
-    at::parallel_for(0, static_cast<int64_t>(count), 1, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, static_cast<int64_t>(count), 1, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j)
         write_png((fs::path(partial.path) / frame_name(first + static_cast<size_t>(j))).string(),
                   rgb[static_cast<size_t>(j)], alpha[static_cast<size_t>(j)]);

@@ -13,6 +13,7 @@
 #include "framework/data/image_io.h"
 #include "framework/data/import.h"
 #include "framework/data/scene_layout.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tessera::data {
 
@@ -284,7 +285,7 @@ void write_scene(const ImportedScene& scene, const std::string& out_path, const 
   std::vector<LoadedImage> decoded(batch);
   for (size_t first = 0; first < total; first += batch) {
     const size_t count = std::min(batch, total - first);
-    at::parallel_for(0, static_cast<int64_t>(count), 1, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, static_cast<int64_t>(count), 1, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
         const size_t i = first + static_cast<size_t>(j);
         LoadedImage image = read_image_file(scene.image_paths[i]);

@@ -1,6 +1,7 @@
 // The OpenCV lens model (k1, k2, p1, p2): distort, its Newton inverse, the check that a camera's
 // whole image can be undistorted, and bilinear undistortion of images for pinhole renderers.
 #include "framework/data/lens.h"
+#include "kernels/cpu/parallel.h"
 
 #include <ATen/Parallel.h>
 
@@ -163,7 +164,7 @@ torch::Tensor undistort_image(const torch::Tensor& image, const Camera& camera) 
   const float* in = src.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t grain = std::max<int64_t>(1, kPixelsPerTask / std::max<int64_t>(1, width));
-  at::parallel_for(0, height, grain, [&](int64_t row_begin, int64_t row_end) {
+  tessera::parallel_for(0, height, grain, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t v = row_begin; v < row_end; ++v) {
       for (int64_t u = 0; u < width; ++u) {
         double xd, yd;

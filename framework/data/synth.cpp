@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "framework/data/lens.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tessera::data::synth {
 
@@ -241,7 +242,7 @@ RenderedView render_view(const SynthScene& scene, size_t index) {
   const Vec3 background{scene.meta.background[0], scene.meta.background[1],
                         scene.meta.background[2]};
   const int64_t grain = std::max<int64_t>(1, kPixelsPerTask / std::max<int64_t>(1, width));
-  at::parallel_for(0, height, grain, [&](int64_t row_begin, int64_t row_end) {
+  tessera::parallel_for(0, height, grain, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t v = row_begin; v < row_end; ++v) {
       for (int64_t u = 0; u < width; ++u) {
         Vec3 sum;

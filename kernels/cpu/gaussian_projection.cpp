@@ -1,5 +1,6 @@
 // CPU project_gaussians_fwd / project_gaussians_bwd: Gaussians split across threads by
 // at::parallel_for, the per-Gaussian math of kernels/gaussian_projection_math.h.
+#include "kernels/cpu/parallel.h"
 #include "kernels/gaussian_projection.h"
 
 #include <ATen/Dispatch.h>
@@ -51,7 +52,7 @@ ProjectionOutput project_gaussians_fwd(const torch::Tensor& means, const torch::
     scalar_t* means2d = out.means2d.data_ptr<scalar_t>();
     scalar_t* depths = out.depths.data_ptr<scalar_t>();
     scalar_t* conics = out.conics.data_ptr<scalar_t>();
-    at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         radii[i] = pm::project_forward<scalar_t>(m + 3 * i, q + 4 * i, s + 3 * i, cam,
                                                  means2d + 2 * i, depths + i, conics + 3 * i);
@@ -91,7 +92,7 @@ ProjectionGrads project_gaussians_bwd(const torch::Tensor& means, const torch::T
     scalar_t* v_m = grads.v_means.data_ptr<scalar_t>();
     scalar_t* v_q = grads.v_quats.data_ptr<scalar_t>();
     scalar_t* v_s = grads.v_scales.data_ptr<scalar_t>();
-    at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         if (r[i] <= 0) {
           for (int k = 0; k < 3; ++k) v_m[3 * i + k] = v_s[3 * i + k] = 0;

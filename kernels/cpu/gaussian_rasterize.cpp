@@ -17,13 +17,17 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
 #include "kernels/tensor_args.h"
 
 // The hot loops are compiled twice on x86-64 with GCC or Clang, for AVX2 and for the
-// baseline ISA; the loader picks one by the CPU (an ifunc). Elsewhere once, for the target.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+// baseline ISA; the loader picks one by the CPU (an ifunc). Elsewhere once, for the target, and
+// once in a ThreadSanitizer build: the ifunc's resolver runs while the loader relocates, before
+// TSan's runtime is up, and TSan's instrumentation of it crashes there.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(TESSERA_THREAD_SANITIZER)
 #define TESSERA_RASTER_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TESSERA_RASTER_CLONES
@@ -198,7 +202,7 @@ struct Splat {
 template <typename scalar_t>
 std::vector<Splat<scalar_t>> pack_splats(const Inputs<scalar_t>& in) {
   std::vector<Splat<scalar_t>> out(in.num_gaussians);
-  at::parallel_for(0, in.num_gaussians, 4096, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, in.num_gaussians, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const scalar_t* con = in.conics + 3 * g;
       const double a = con[0], b = con[1], c = con[2];
@@ -567,7 +571,7 @@ void reduce_entries(const int64_t* ids, int64_t num_isects, int64_t num_gaussian
     std::vector<int64_t> cursor(start.begin(), start.end() - 1);
     for (int64_t e = 0; e < num_isects; ++e) grouped[cursor[ids[e]]++] = e;
   }
-  at::parallel_for(0, num_gaussians, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, num_gaussians, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> col(channels);
     for (int64_t g = begin; g < end; ++g) {
       scalar_t sum[6] = {0, 0, 0, 0, 0, 0};
@@ -652,7 +656,7 @@ RasterizeOutput rasterize_gaussians_fwd(const torch::Tensor& means2d, const torc
     int32_t* last_out = out.last_ids.data_ptr<int32_t>();
     scalar_t* trans_out = out.transmittance.data_ptr<scalar_t>();
     const TileOrder order(grid.num_tiles());
-    at::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
       TileGaussians<scalar_t> tg;
       LaneScratch<scalar_t> scratch;
       for (int64_t k = begin; k < end; ++k)
@@ -717,7 +721,7 @@ RasterizeGrads rasterize_gaussians_bwd(
       scalar_t* ec = entry_colors.data_ptr<scalar_t>();
       scalar_t* tb = tile_background.data_ptr<scalar_t>();
       const TileOrder order(grid.num_tiles());
-      at::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
+      tessera::parallel_for(0, grid.num_tiles(), 1, [&](int64_t begin, int64_t end) {
         TileGaussians<scalar_t> tg;
         LaneScratch<scalar_t> scratch;
         for (int64_t k = begin; k < end; ++k) {

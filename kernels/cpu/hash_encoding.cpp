@@ -1,6 +1,7 @@
 // CPU hash_encoding_fwd / hash_encoding_bwd: forward splits points across threads; backward splits
 // levels across threads and walks the points in order, so gradients are bitwise deterministic.
 // The cell, row and weight math is kernels/hash_grid_math.h, shared with CUDA.
+#include "kernels/cpu/parallel.h"
 #include "kernels/hash_encoding.h"
 #include "kernels/hash_grid_math.h"
 
@@ -122,7 +123,7 @@ torch::Tensor hash_encoding_fwd(const torch::Tensor& positions, const torch::Ten
   float* out_ptr = encoded.data_ptr<float>();
   const int64_t grain = std::max<int64_t>(1, kLookupsPerTask / num_levels);
   dispatch_features(features, [&](auto kF) {
-    at::parallel_for(0, num_points, grain, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, num_points, grain, [&](int64_t begin, int64_t end) {
       encode_points<decltype(kF)::value>(pos_ptr, table_ptr, levels, table_size, features, begin,
                                          end, out_ptr);
     });
@@ -148,7 +149,7 @@ torch::Tensor hash_encoding_bwd(const torch::Tensor& positions,
   // One level per task (grain 1): the tasks own disjoint slices, so the split between threads
   // cannot change any sum. Each task zeroes its own slice (N == 0 leaves all zero).
   dispatch_features(features_per_level, [&](auto kF) {
-    at::parallel_for(0, num_levels, 1, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, num_levels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t l = begin; l < end; ++l)
         backprop_level<decltype(kF)::value>(pos_ptr, grad_ptr, num_points, num_levels, l,
                                             levels[l], table_size, features_per_level,

@@ -1,5 +1,6 @@
 // CPU count_nonfinite: a parallel scan over contiguous chunks, one partial count per chunk,
 // and the dispatch between the CPU and CUDA implementations.
+#include "kernels/cpu/parallel.h"
 #include "kernels/nonfinite.h"
 
 #include <ATen/Dispatch.h>
@@ -22,7 +23,7 @@ torch::Tensor cpu::count_nonfinite(const torch::Tensor& values) {
   if (input.is_floating_point() && input.numel() > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "count_nonfinite", [&] {
       const scalar_t* data = input.data_ptr<scalar_t>();
-      at::parallel_for(0, input.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      tessera::parallel_for(0, input.numel(), kGrain, [&](int64_t begin, int64_t end) {
         int64_t local = 0;
         for (int64_t i = begin; i < end; ++i)
           // In the type's own math type: a finite double beyond float's range stays finite.

@@ -6,6 +6,7 @@
 // needs the cell's exit t in double with a rounding margin at every empty lookup. Measured with
 // instant-ngp's step (about 4.6 steps per cell of a 128^3 grid), it made bench_ray_march's sparse
 // scene 2.7x slower (64 vs 24 ms of CPU), so it pays only for coarse grids or fine steps.
+#include "kernels/cpu/parallel.h"
 #include "kernels/ray_march.h"
 #include "kernels/ray_march_math.h"
 
@@ -55,7 +56,7 @@ RayMarchOutput ray_march_fwd(const torch::Tensor& origins, const torch::Tensor& 
   RayMarchOutput out;
   out.ray_offsets = torch::zeros({num_rays + 1}, torch::dtype(torch::kInt64));
   int64_t* offsets = out.ray_offsets.data_ptr<int64_t>();
-  at::parallel_for(0, num_rays, kRaysPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, num_rays, kRaysPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       offsets[r + 1] =
           march::march_ray(po + 3 * r, pd + 3 * r, pn[r], pf[r], grid, params, no_emit);
@@ -73,7 +74,7 @@ RayMarchOutput ray_march_fwd(const torch::Tensor& origins, const torch::Tensor& 
   float* deltas = out.deltas.data_ptr<float>();
   float* positions = out.positions.data_ptr<float>();
   int64_t* ray_indices = out.ray_indices.data_ptr<int64_t>();
-  at::parallel_for(0, num_rays, kRaysPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, num_rays, kRaysPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t base = offsets[r];
       const int64_t count = offsets[r + 1] - base;

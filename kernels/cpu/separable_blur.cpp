@@ -1,6 +1,7 @@
 // separable_blur_cpu (kernels/separable_blur.h): per plane, a horizontal pass into a scratch
 // plane, then a vertical pass, each as "for every tap, add tap * shifted row" so that the inner
 // loop over x is a plain multiply-add over contiguous floats that the compiler vectorizes.
+#include "kernels/cpu/parallel.h"
 #include "kernels/separable_blur.h"
 
 #include <ATen/Parallel.h>
@@ -72,7 +73,7 @@ void blur_all(const torch::Tensor& planes, const torch::Tensor& window, torch::T
   const T* in = planes.data_ptr<T>();
   const T* g = window.data_ptr<T>();
   T* dst = out.data_ptr<T>();
-  at::parallel_for(0, k, 1, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, k, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(h * w));
     std::vector<T> row(static_cast<size_t>(w + 2 * r), T(0));
     for (int64_t p = begin; p < end; ++p)

@@ -1,5 +1,6 @@
 // CPU spherical_harmonics_fwd / spherical_harmonics_bwd: Gaussians split across threads by
 // at::parallel_for, the per-Gaussian math of kernels/spherical_harmonics_math.h.
+#include "kernels/cpu/parallel.h"
 #include "kernels/spherical_harmonics.h"
 
 #include <ATen/Dispatch.h>
@@ -30,7 +31,7 @@ torch::Tensor spherical_harmonics_fwd(int64_t degree, const torch::Tensor& dirs,
     const scalar_t* c = coeff.data_ptr<scalar_t>();
     scalar_t* out = colors.data_ptr<scalar_t>();
     const int deg = static_cast<int>(degree);
-    at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         sh_math::sh_forward<scalar_t>(deg, d + 3 * i, c + 3 * k * i, out + 3 * i);
     });
@@ -57,7 +58,7 @@ SphericalHarmonicsGrads spherical_harmonics_bwd(int64_t degree, const torch::Ten
     scalar_t* v_c = grads.v_coeffs.data_ptr<scalar_t>();
     const int deg = static_cast<int>(degree);
     const int bases = static_cast<int>(k);
-    at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+    tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         sh_math::sh_backward<scalar_t>(deg, bases, d + 3 * i, c + 3 * k * i, vc + 3 * i,
                                        v_c + 3 * k * i, v_d + 3 * i);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/tile_binning.h"
 
@@ -32,7 +33,7 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
 
   // 1. Intersections per Gaussian (masked-out tiles not counted).
   std::vector<int64_t> first(n + 1, 0);
-  at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const raster::TileRect r =
           raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y);
@@ -46,7 +47,7 @@ TileBins bin(const torch::Tensor& means2d, const torch::Tensor& radii_t,
 
   // 3. Fill the tile of each intersection, in Gaussian order (ids ascending).
   std::vector<int64_t> tile_of(m);
-  at::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, n, kGaussiansPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const raster::TileRect r =
           raster::gaussian_tile_rect(means, radii, depths, g, tile_size, tiles_x, tiles_y);

@@ -1,6 +1,7 @@
 // CPU volume_render_fwd / volume_render_bwd: a vectorized exp over all samples, then one sequential
 // front-to-back pass per ray (kernels/volume_render_math.h, shared with CUDA), rays split across
 // threads by at::parallel_for. Backward recomputes transmittance instead of storing it.
+#include "kernels/cpu/parallel.h"
 #include "kernels/volume_render.h"
 
 #include <ATen/Dispatch.h>
@@ -64,7 +65,7 @@ void composite_rays(const scalar_t* __restrict__ rgbs,     // [S, 3]
                     scalar_t* out_weights,                 // [S]
                     int64_t* __restrict__ out_num_steps) { // [R]
   const int64_t grain = rays_per_task(num_rays, num_samples);
-  at::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
     for (int64_t ray = begin; ray < end; ++ray) {
       const int64_t first = offsets[ray];
       const int64_t last = offsets[ray + 1];
@@ -97,7 +98,7 @@ void backprop_rays(const scalar_t* __restrict__ rgbs,       // [S, 3]
                    scalar_t* v_sigmas,                      // [S]
                    scalar_t* __restrict__ v_rgbs) {         // [S, 3]
   const int64_t grain = rays_per_task(num_rays, num_samples);
-  at::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(0, num_rays, grain, [&](int64_t begin, int64_t end) {
     for (int64_t ray = begin; ray < end; ++ray) {
       const int64_t first = offsets[ray];
       const int64_t last = offsets[ray + 1];

@@ -1,5 +1,6 @@
 // GaussianParams: groups, learning rates, exact grid kNN and initialization from points or at
 // random (see gaussian_params.h and docs/gaussians.md).
+#include "kernels/cpu/parallel.h"
 #include "models/gaussians/gaussian_params.h"
 
 #include <ATen/Parallel.h>
@@ -203,7 +204,7 @@ KnnResult knn(const torch::Tensor& points, int k, int64_t first, int64_t count) 
 
   double* out_d = out.dist2.data_ptr<double>();
   int64_t* out_i = out.indices.data_ptr<int64_t>();
-  at::parallel_for(first, first + count, kKnnGrain, [&](int64_t begin, int64_t end) {
+  tessera::parallel_for(first, first + count, kKnnGrain, [&](int64_t begin, int64_t end) {
     std::vector<double> best_d(k);
     std::vector<int64_t> best_i(k);
     for (int64_t i = begin; i < end; ++i) {
