@@ -203,6 +203,7 @@ struct SnapshotWriter::Impl {
                                                           dims.data(), nullptr)),
                  H5Sclose);
     h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_obj_track_times(dcpl.get(), false));  // no times (h5::create_with)
     // Every byte is written, so HDF5 need not fill the space first (parallel allocates early).
     H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
     return h5::Id(H5_CHECK(H5Dcreate2(file.get(), path.c_str(), h5::stored_type_id(type),

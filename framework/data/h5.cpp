@@ -200,6 +200,10 @@ Id create_with(const std::string& path, Id fapl) {
   H5_CHECK(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_SEMI));
   Id fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
   H5_CHECK(H5Pset_userblock(fcpl.get(), seal::kBlockBytes));
+  // No creation or modification times in any object (here the root group; groups and datasets
+  // below): a file then holds only what was written, so the same data gives the same bytes and
+  // the same seal on every run and every machine.
+  H5_CHECK(H5Pset_obj_track_times(fcpl.get(), false));
   hid_t file = H5I_INVALID_HID;
   {
     QuietErrors quiet;
@@ -263,7 +267,9 @@ Kind kind_of(hid_t loc, const std::string& path) {
 }
 
 Id create_group(hid_t loc, const std::string& name) {
-  return Id(H5_CHECK(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+  Id gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(gcpl.get(), false));
+  return Id(H5_CHECK(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)),
             H5Gclose);
 }
 
@@ -277,6 +283,7 @@ Id create_dataset(hid_t loc, const std::string& name, Type type, const std::vect
                   const std::vector<hsize_t>& chunk, int deflate_level) {
   Id space = simple_space(dims);
   Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(dcpl.get(), false));  // no times (create_with)
   if (!chunk.empty()) {
     H5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
     if (deflate_level > 0) H5_CHECK(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate_level)));
