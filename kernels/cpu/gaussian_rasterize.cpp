@@ -17,21 +17,13 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/cpu_build.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
 #include "kernels/tensor_args.h"
 
-// The hot loops are compiled twice on x86-64 with GCC or Clang, for AVX2 and for the
-// baseline ISA; the loader picks one by the CPU (an ifunc). Elsewhere once, for the target, and
-// once in a ThreadSanitizer build: the ifunc's resolver runs while the loader relocates, before
-// TSan's runtime is up, and TSan's instrumentation of it crashes there.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
-    !defined(TESSERA_THREAD_SANITIZER)
-#define TESSERA_RASTER_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TESSERA_RASTER_CLONES
-#endif
+// The hot loops are compiled twice, for AVX2 and the baseline ISA (TESSERA_AVX2_CLONES).
 
 // The lane vectors never cross a call boundary (every helper taking or returning one is inlined),
 // so the ABI note about passing them without AVX enabled does not apply.
@@ -138,7 +130,7 @@ void check_offsets(const int64_t* offsets, int64_t num_tiles, int64_t num_isects
 }
 
 // Checks on the host, before the tile loops (which throw nothing: an exception cannot cross the
-// run-time dispatch of TESSERA_RASTER_CLONES): every id in [0, N), every last_ids within its
+// run-time dispatch of TESSERA_AVX2_CLONES): every id in [0, N), every last_ids within its
 // tile's list.
 void check_ids(const int64_t* ids, int64_t num_isects, int64_t num_gaussians) {
   for (int64_t e = 0; e < num_isects; ++e)
@@ -524,7 +516,7 @@ inline __attribute__((always_inline)) void backward_tile_impl(
 
 // The compiled entry points of one tile (float32 cloned per ISA; float64 is the exact path that
 // the tests compare with the reference, and gains little from vector units).
-TESSERA_RASTER_CLONES void forward_tile(const Inputs<float>& in, const Grid& grid, int64_t tile,
+TESSERA_AVX2_CLONES void forward_tile(const Inputs<float>& in, const Grid& grid, int64_t tile,
                                         TileGaussians<float>& tg, LaneScratch<float>& scratch,
                                         float* out_colors, float* out_alphas, int32_t* out_last,
                                         float* out_transmittance) {
@@ -537,7 +529,7 @@ void forward_tile(const Inputs<double>& in, const Grid& grid, int64_t tile,
   forward_tile_impl(in, grid, tile, tg, scratch, out_colors, out_alphas, out_last,
                     out_transmittance);
 }
-TESSERA_RASTER_CLONES void backward_tile(const Inputs<float>& in, const Grid& grid, int64_t tile,
+TESSERA_AVX2_CLONES void backward_tile(const Inputs<float>& in, const Grid& grid, int64_t tile,
                                          int64_t first, int64_t top, TileGaussians<float>& tg,
                                          LaneScratch<float>& scratch, const int32_t* last_ids,
                                          const float* transmittance, const float* v_colors,

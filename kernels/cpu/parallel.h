@@ -11,13 +11,8 @@
 
 #include <cstdint>
 
-#if defined(__SANITIZE_THREAD__)
-#define TESSERA_THREAD_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TESSERA_THREAD_SANITIZER 1
-#endif
-#endif
+#include "kernels/cpu/cpu_build.h"
+
 #ifdef TESSERA_THREAD_SANITIZER
 #include <sanitizer/tsan_interface.h>
 #endif

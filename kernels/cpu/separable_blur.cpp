@@ -1,6 +1,7 @@
 // separable_blur_cpu (kernels/separable_blur.h): per plane, a horizontal pass into a scratch
 // plane, then a vertical pass, each as "for every tap, add tap * shifted row" so that the inner
 // loop over x is a plain multiply-add over contiguous floats that the compiler vectorizes.
+#include "kernels/cpu/cpu_build.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/separable_blur.h"
 
@@ -9,13 +10,6 @@
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
-
-// Compiled for AVX2 and for the baseline ISA on x86-64 with GCC or Clang; the loader picks one.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TESSERA_BLUR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TESSERA_BLUR_CLONES
-#endif
 
 namespace tessera::kernels {
 namespace {
@@ -48,11 +42,11 @@ inline __attribute__((always_inline)) void blur_plane(const T* in, T* out, T* sc
 }
 
 // The cloned entry points (target_clones takes plain functions, not templates).
-TESSERA_BLUR_CLONES void blur_plane_float(const float* in, float* out, float* scratch, float* row,
+TESSERA_AVX2_CLONES void blur_plane_float(const float* in, float* out, float* scratch, float* row,
                                           int64_t h, int64_t w, const float* g, int64_t taps) {
   blur_plane(in, out, scratch, row, h, w, g, taps);
 }
-TESSERA_BLUR_CLONES void blur_plane_double(const double* in, double* out, double* scratch,
+TESSERA_AVX2_CLONES void blur_plane_double(const double* in, double* out, double* scratch,
                                            double* row, int64_t h, int64_t w, const double* g,
                                            int64_t taps) {
   blur_plane(in, out, scratch, row, h, w, g, taps);
