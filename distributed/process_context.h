@@ -17,7 +17,12 @@ struct ProcessInfo {
   int local_rank = 0;  // rank among the processes on this node
   int local_size = 1;  // processes on this node
   std::string local_rank_source;  // "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID" or "MPI shared-memory split"
+  // Set when the launcher's local ranks on this node are not 0..local_size-1 (a launcher that
+  // sees nodes differently from MPI): the split's rank was used instead; says what was seen.
+  std::string local_rank_warning;
   std::string hostname;
+  int mask_cores = 0;    // cores in this rank's CPU affinity mask (its launcher's binding, cpuset)
+  int mask_sharers = 1;  // ranks on this node whose masks overlap this one's (this one included)
 };
 
 class ProcessContext {
@@ -39,12 +44,19 @@ class ProcessContext {
 
   // The CUDA device for this rank (local_rank modulo visible devices), or -1 without CUDA.
   int cuda_device_index() const;
-  // True when every rank on this node can have a CUDA device of its own (NCCL refuses two ranks
-  // on one device).
-  bool one_cuda_device_per_rank() const;
-  // Sets torch's intra-op threads: `requested` if > 0, else this node's cores divided by the
-  // ranks on it (at least 1). Returns the count set.
+  // True when every rank on this node has a CUDA device of its own (NCCL refuses two ranks on one
+  // device): decided at start from the devices' PCI bus ids, so that one GPU per rank also holds
+  // when each rank sees only its own (`srun --gpus-per-task=1`, a per-rank CUDA_VISIBLE_DEVICES).
+  // When GPUs are visible but shared, cuda_warning() says so and the ranks run on the CPU.
+  bool one_cuda_device_per_rank() const { return one_device_per_rank_; }
+  const std::string& cuda_warning() const { return cuda_warning_; }
+  // Sets torch's intra-op threads: `requested` if > 0, else thread_share(info().mask_cores,
+  // info().mask_sharers). Returns the count set.
   int apply_thread_share(int requested) const;
+  // A rank's share of its CPU mask: the mask's cores divided by the ranks on its node whose masks
+  // overlap it, at least 1. So ranks x threads stays within a node's cores whatever the launcher
+  // bound: no binding, a core each, a socket shared by several, a Slurm step's cpuset.
+  static int thread_share(int mask_cores, int mask_sharers);
 
   // Ends every process of the job with `exit_code` after printing `message` tagged with the
   // rank. Safe to call from any thread; never returns.
@@ -55,6 +67,8 @@ class ProcessContext {
   MPI_Comm world_ = MPI_COMM_NULL;
   double timeout_s_;
   bool owns_mpi_ = false;
+  bool one_device_per_rank_ = false;
+  std::string cuda_warning_;
   std::unique_ptr<Watchdog> watchdog_;
 };
 

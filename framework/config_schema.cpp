@@ -185,7 +185,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("A collective that takes longer (seconds) aborts the whole job."),
       key("distributed", "threads", [](auto& c) -> auto& { return c.distributed.threads; })
           .defaults_to(0).at_least(0)
-          .doc("Intra-op CPU threads per rank; 0 = the node's cores divided by its ranks."),
+          .doc("Intra-op CPU threads per rank; 0 = its share of the cores its launcher bound it to: the cores of its CPU mask divided by the ranks on the node that share them."),
       key("distributed", "check_agreement",
           [](auto& c) -> auto& { return c.distributed.check_agreement; })
           .defaults_to(false)

@@ -62,6 +62,7 @@ void check_run_options(const RunOptions& options, torch::Device device);
 struct TrainSummary {
   int64_t steps = 0;          // steps done when run() returned (the next step to train)
   bool finished = false;      // all `steps` done (false: stopped by a signal or stop_after)
+  bool stopped_by_signal = false;  // the ranks agreed to stop on SIGTERM/SIGINT (exit code 4)
   std::string last_snapshot;  // the snapshot written last ("" when none)
   double seconds = 0.0;
   double final_loss = 0.0;

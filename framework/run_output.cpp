@@ -68,7 +68,15 @@ TrainSummary TrainingRun::run() {
   bool stopped_by_signal = false;
   family_.on_start(first);
   LearningCheck learning(options_.not_learning_steps, family_.not_learning_causes());
-  for (int64_t step = first; step < until; ++step) {
+  // A signal that arrived during start-up or resume (`tessera train` catches them from before
+  // MPI starts): stop before the first step, with the snapshot of this step (a resumed run's is
+  // written again, to the same bytes).
+  if (first < until && agree_stop(comm_)) {
+    stopped_by_signal = true;
+    if (snapshots) summary.last_snapshot = save_snapshot();
+    report_stopped_by_signal(comm_.rank(), first, summary.last_snapshot, family_.stopped_hint());
+  }
+  for (int64_t step = first; step < until && !stopped_by_signal; ++step) {
     last = train_step(step);
     for (const auto& [phase, seconds] : last.phases) add_phase(window_phases, phase, seconds);
     ++window_steps;
@@ -126,6 +134,7 @@ TrainSummary TrainingRun::run() {
     summary.last_snapshot = save_snapshot();
   summary.steps = steps_done_;
   summary.finished = steps_done_ == options_.steps;
+  summary.stopped_by_signal = stopped_by_signal;
   // The family's own files of a finished run (a stopped one has its snapshot).
   const std::string outputs =
       summary.finished && snapshots ? family_.write_outputs(options_.out_dir) : "";
@@ -209,6 +218,7 @@ void TrainingRun::write_summary(const TrainSummary& s, const std::string& output
     j["summary"] = true;
     j["steps"] = s.steps;
     j["finished"] = s.finished;
+    j["stopped_by_signal"] = s.stopped_by_signal;
     j["last_snapshot"] = s.last_snapshot;
     j["seconds"] = s.seconds;
     j["final_loss"] = s.final_loss;

@@ -4,6 +4,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -73,6 +76,19 @@ void start_viewing(Session& session, const FamilyRegistry& families, const std::
                                               *session.dataset, options);
 }
 
+// Under OpenMPI's mpirun, SIGTERM and Ctrl-C reach the ranks only after odls_base_sigkill_timeout
+// seconds (default 1), and SIGKILL follows as long after: too soon for a stop snapshot. Says how
+// to stop such a job cleanly, unless the timeout was raised (docs/clusters.md, "Signals").
+void note_mpirun_kill_delay() {
+  if (std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) return;  // not started by mpirun
+  const char* timeout = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  if (timeout != nullptr && std::atoi(timeout) >= 5) return;
+  spdlog::info("under mpirun, SIGTERM and Ctrl-C give the ranks {} s before SIGKILL, too little for "
+               "a stop snapshot: stop this job with `kill -USR1 <mpirun pid>` (mpirun forwards it "
+               "at once), or start mpirun with --mca odls_base_sigkill_timeout 10 (docs/clusters.md)",
+               timeout != nullptr ? timeout : "1");
+}
+
 }  // namespace
 
 void check_before_ranks(const Config& config, const FamilyRegistry& families,
@@ -125,10 +141,20 @@ Session start_training(const Config& config, const FamilyRegistry& families,
   std::filesystem::create_directories(std::filesystem::path(config.run.out_dir) / "logs", ignored);
   bring_up(session, families, config.run.log_level, config.run.out_dir);
   const distributed::ProcessContext& context = *session.context;
-  spdlog::info("tessera train {}: {} rank(s), local rank {} of {} on {} (from {}), {} CPU threads",
-               request.config_path, context.size(), context.info().local_rank,
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+  spdlog::info("tessera train {}: rank {} of {}, local rank {} of {} on {} (from {}), {} CPU "
+               "threads, pid {}{}{}",
+               request.config_path, context.rank(), context.size(), context.info().local_rank,
                context.info().local_size, context.info().hostname,
-               context.info().local_rank_source, at::get_num_threads());
+               context.info().local_rank_source, at::get_num_threads(), getpid(),
+               job != nullptr ? std::string(", Slurm job ") + job : std::string(),
+               restarts != nullptr ? std::string(" (requeued ") + restarts + "x)" : std::string());
+  if (!context.info().local_rank_warning.empty()) spdlog::warn("{}", context.info().local_rank_warning);
+  if (!context.cuda_warning().empty()) spdlog::warn("{}", context.cuda_warning());
+  if (context.rank() == 0) note_mpirun_kill_delay();
+  if (!config.run.out_dir.empty())
+    session.lock = std::make_unique<RunDirLock>(*session.context, config.run.out_dir);
   spdlog::info("resolved config:\n{}", resolved);
   distributed::check_same_on_all_ranks(*session.context, distributed::fingerprint(resolved),
                                        "the resolved config (check --set flags and config files)");

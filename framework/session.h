@@ -14,6 +14,7 @@
 #include "framework/data/dataset.h"
 #include "framework/family.h"
 #include "framework/run.h"
+#include "framework/run_lock.h"
 
 namespace tessera {
 
@@ -23,6 +24,7 @@ struct Session {
   Config config;
   std::unique_ptr<data::Dataset> dataset;  // opened by the family (FamilyInfo::open_dataset)
   std::unique_ptr<distributed::ProcessContext> context;
+  std::unique_ptr<RunDirLock> lock;  // training only: RUN_DIR is this job's (framework/run_lock.h)
   std::unique_ptr<distributed::Communicator> comm;
   std::unique_ptr<ModelFamily> family;
   std::unique_ptr<TrainingRun> run;
@@ -45,8 +47,9 @@ void check_before_ranks(const Config& config, const FamilyRegistry& families,
                         const std::string& resume);
 
 // Starts the ranks (MPI), logging to RUN_DIR/logs, the device (one GPU per rank when there are
-// enough), the communicator, the dataset and the family, and builds the TrainingRun; resolves and
-// loads `request.resume`. Collective once MPI is up.
+// enough), the communicator, the dataset and the family, locks RUN_DIR for this job (refused when
+// another job holds it or a rank sees another directory), and builds the TrainingRun; resolves
+// and loads `request.resume`. Collective once MPI is up.
 Session start_training(const Config& config, const FamilyRegistry& families,
                        const TrainRequest& request);
 

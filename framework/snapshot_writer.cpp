@@ -114,8 +114,13 @@ struct SnapshotWriter::Impl {
   int64_t bytes_written = 0;
   int64_t contributed = 0;  // bytes of this rank's data so far, for the failure hook
   enum class State { Open, Committed, Failed } state = State::Open;
+  // The whole write is watched, not only the agreements: collective MPI-IO and HDF5 calls (open,
+  // parallel writes, close) with a rank or node lost would otherwise wait forever. Past
+  // distributed.timeout_s the job ends with exit code 3.
+  distributed::Watchdog::Scope watch;
 
-  explicit Impl(distributed::ProcessContext& c) : context(c) {}
+  Impl(distributed::ProcessContext& c, const std::string& path)
+      : context(c), watch(c.watchdog(), "snapshot: writing " + path) {}
   ~Impl() {
     if (state == State::Open) discard();  // collective in parallel mode: every rank destroys it
   }
@@ -270,7 +275,7 @@ struct SnapshotWriter::Impl {
 
 SnapshotWriter::SnapshotWriter(distributed::ProcessContext& context, const std::string& final_path,
                                const SnapshotMeta& meta, const SnapshotWriterOptions& options)
-    : impl_(std::make_unique<Impl>(context)) {
+    : impl_(std::make_unique<Impl>(context, final_path)) {
   Impl& w = *impl_;
   w.final_path = final_path;
   w.temp_path = final_path + ".tmp";

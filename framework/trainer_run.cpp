@@ -19,23 +19,28 @@ namespace tessera {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+int g_installed = 0;  // nesting depth of StopSignals (main thread only)
 
 extern "C" void tessera_on_stop_signal(int signal) { g_stop_signal.store(signal); }
 
 }  // namespace
 
 StopSignals::StopSignals() {
+  if (g_installed++ > 0) return;  // the outer one keeps what arrived before this
   g_stop_signal.store(0);
   struct sigaction action {};
   action.sa_handler = tessera_on_stop_signal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, &old_term_);
   sigaction(SIGINT, &action, &old_int_);
+  sigaction(SIGUSR1, &action, &old_usr1_);
 }
 
 StopSignals::~StopSignals() {
+  if (--g_installed > 0) return;
   sigaction(SIGTERM, &old_term_, nullptr);
   sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGUSR1, &old_usr1_, nullptr);
 }
 
 int stop_signal() { return g_stop_signal.load(); }

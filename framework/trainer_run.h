@@ -14,9 +14,18 @@
 
 namespace tessera {
 
-// SIGTERM or SIGINT (a scheduler's time limit, Ctrl-C) asks every rank to stop: the handler only
-// sets a flag, the ranks agree on it after each step (agree_stop), then all write one snapshot
-// and return together. Installs the handlers for its lifetime and restores the previous ones.
+// Exit code of `tessera train` stopped by a signal after writing its stop snapshot: not
+// 0, so that a scheduler does not count the job as completed (launch/slurm.sbatch requeues on it
+// near the time limit). The other codes are in distributed/errors.h.
+constexpr int kExitStopped = 4;
+
+// SIGTERM, SIGINT or SIGUSR1 (a scheduler's time limit, Ctrl-C, a signal that mpirun forwards at
+// once where it delays SIGTERM: docs/clusters.md) asks every rank to stop: the handler only
+// sets a flag, the ranks agree on it before the first step and after each step (agree_stop), then
+// all write one snapshot and return together. Installs the handlers for its lifetime and restores
+// the previous ones. Nested: `tessera train` installs one before MPI starts, so that a signal
+// during start-up, resume or a snapshot write is kept for the first agreement instead of killing
+// one rank; only the outermost one clears the flag.
 class StopSignals {
  public:
   StopSignals();
@@ -27,11 +36,12 @@ class StopSignals {
  private:
   struct sigaction old_term_ {};
   struct sigaction old_int_ {};
+  struct sigaction old_usr1_ {};
 };
 
 // The signal this process received since the last StopSignals was installed (0: none).
 int stop_signal();
-// Whether any rank received SIGTERM or SIGINT: one scalar allreduce (max). Collective.
+// Whether any rank received a stop signal: one scalar allreduce (max). Collective.
 bool agree_stop(distributed::Communicator& comm);
 // After a stop by signal: rank 0 prints "stopped by a signal after step N; snapshot S; continue
 // with --resume auto" on stderr (plus `hint` when not empty); every rank logs a warning.

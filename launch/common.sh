@@ -27,9 +27,11 @@ tessera_jobs() {
 }
 
 # mpirun flags every local job needs: OpenMPI refuses root unless told, and a laptop or CI box
-# may have fewer cores than ranks.
+# may have fewer cores than ranks. On SIGTERM or Ctrl-C mpirun waits odls_base_sigkill_timeout
+# seconds (default 1) before it passes SIGTERM to the ranks and as long again before SIGKILL:
+# 10 s leaves them time for their stop snapshot (docs/clusters.md, "Signals").
 tessera_mpirun_flags() {
-  local flags=(--oversubscribe)
+  local flags=(--oversubscribe --mca odls_base_sigkill_timeout 10)
   if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
   echo "${flags[@]}"
 }

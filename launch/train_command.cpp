@@ -7,6 +7,7 @@
 #include "framework/config.h"
 #include "framework/family.h"
 #include "framework/session.h"
+#include "framework/trainer_run.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
 
@@ -25,6 +26,9 @@ struct TrainOptions {
 };
 
 int run_train(const TrainOptions& options) {
+  // From here on SIGTERM, SIGINT and SIGUSR1 only ask the ranks to stop (framework/trainer_run.h):
+  // one arriving during start-up, resume or a snapshot write is acted on at the next agreement.
+  const StopSignals signals;
   std::vector<std::string> overrides = options.overrides;
   if (!options.log_level.empty()) overrides.push_back("run.log_level=" + options.log_level);
   if (options.verbose) overrides.push_back("run.verbose=true");
@@ -40,8 +44,8 @@ int run_train(const TrainOptions& options) {
   request.resume = options.resume;
   request.until = options.until;
   Session session = start_training(config, families, request);
-  session.run->run();  // prints and records the summary on rank 0
-  return kExitOk;
+  const TrainSummary summary = session.run->run();  // prints and records the summary on rank 0
+  return summary.stopped_by_signal ? kExitStopped : kExitOk;
 }
 
 }  // namespace

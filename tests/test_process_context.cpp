@@ -2,6 +2,8 @@
 // device choice, the CPU thread share, and agreement checks across ranks.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -48,12 +50,14 @@ TEST(ProcessContext, RankSizeAndLocalRankFromLauncher) {
 }
 
 TEST(ProcessContext, LocalRankFromSlurmThenSharedMemorySplit) {
+  const std::string mine = std::to_string(test::g_context->rank());  // one node: = world rank
   {
     ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
-    ScopedEnv slurm("SLURM_LOCALID", "7");
+    ScopedEnv slurm("SLURM_LOCALID", mine.c_str());
     ProcessContext context(nullptr, nullptr, 60.0);
     EXPECT_EQ(context.info().local_rank_source, "SLURM_LOCALID");
-    EXPECT_EQ(context.info().local_rank, 7);
+    EXPECT_EQ(context.info().local_rank, context.rank());
+    EXPECT_EQ(context.info().local_rank_warning, "");
   }
   {
     ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
@@ -61,17 +65,50 @@ TEST(ProcessContext, LocalRankFromSlurmThenSharedMemorySplit) {
     ProcessContext context(nullptr, nullptr, 60.0);
     EXPECT_EQ(context.info().local_rank_source, "MPI shared-memory split");
     EXPECT_EQ(context.info().local_rank, context.rank());  // one node: split rank = world rank
+    EXPECT_EQ(context.info().local_rank_warning, "");
   }
+}
+
+// A launcher whose local ranks do not number this node's ranks 0..n-1 (here every rank says 7)
+// would put two ranks on one GPU: MPI's numbering is used instead, with a warning naming it.
+TEST(ProcessContext, InconsistentLauncherLocalRankFallsBackToTheSplit) {
+  ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
+  ScopedEnv slurm("SLURM_LOCALID", "7");
+  ProcessContext context(nullptr, nullptr, 60.0);
+  EXPECT_EQ(context.info().local_rank_source, "MPI shared-memory split");
+  EXPECT_EQ(context.info().local_rank, context.rank());
+  const std::string& warning = context.info().local_rank_warning;
+  EXPECT_NE(warning.find("SLURM_LOCALID"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("not 0.." + std::to_string(context.info().local_size - 1)),
+            std::string::npos) << warning;
 }
 
 TEST(ProcessContext, ThreadShare) {
   ProcessContext& context = *test::g_context;
   EXPECT_EQ(context.apply_thread_share(3), 3);
   EXPECT_EQ(torch::get_num_threads(), 3);
+  const ProcessInfo& info = context.info();
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  EXPECT_EQ(info.mask_cores, CPU_COUNT(&mask));
+  EXPECT_GE(info.mask_sharers, 1);
+  EXPECT_LE(info.mask_sharers, info.local_size);
   const int share = context.apply_thread_share(0);
-  EXPECT_GE(share, 1);
-  EXPECT_LE(share, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_EQ(share, ProcessContext::thread_share(info.mask_cores, info.mask_sharers));
   EXPECT_EQ(torch::get_num_threads(), share);
+  // The ranks sharing this rank's cores use no more threads than there are cores.
+  if (info.mask_cores >= info.mask_sharers) EXPECT_LE(share * info.mask_sharers, info.mask_cores);
+}
+
+// The share for each way a launcher binds: none (every rank sees all cores), a core or a few
+// each, a socket (or a Slurm step's cpuset) shared by several ranks, more ranks than cores.
+TEST(ProcessContext, ThreadShareOfEachBinding) {
+  EXPECT_EQ(ProcessContext::thread_share(16, 4), 4);  // no binding: 16 cores, 4 ranks
+  EXPECT_EQ(ProcessContext::thread_share(4, 1), 4);    // bound to 4 cores of its own
+  EXPECT_EQ(ProcessContext::thread_share(8, 2), 4);    // a socket of 8 shared by 2 ranks
+  EXPECT_EQ(ProcessContext::thread_share(8, 3), 2);    // rounded down: 3 x 2 <= 8
+  EXPECT_EQ(ProcessContext::thread_share(1, 2), 1);    // oversubscribed: at least one
+  EXPECT_EQ(ProcessContext::thread_share(0, 0), 1);
 }
 
 TEST(ProcessContext, CudaDeviceFollowsLocalRank) {
@@ -79,9 +116,16 @@ TEST(ProcessContext, CudaDeviceFollowsLocalRank) {
   const int device = context.cuda_device_index();
   if (!torch::cuda::is_available()) {
     EXPECT_EQ(device, -1);
+    EXPECT_FALSE(context.one_cuda_device_per_rank());
+    EXPECT_EQ(context.cuda_warning(), "");
     return;
   }
-  EXPECT_EQ(device, context.info().local_rank % static_cast<int>(torch::cuda::device_count()));
+  const int count = static_cast<int>(torch::cuda::device_count());
+  EXPECT_EQ(device, context.info().local_rank % count);
+  // One GPU each exactly when there are as many visible as ranks on the node (CTest's ranks all
+  // see every GPU); otherwise the ranks share and are told so.
+  EXPECT_EQ(context.one_cuda_device_per_rank(), count >= context.info().local_size);
+  EXPECT_EQ(context.cuda_warning().empty(), context.one_cuda_device_per_rank());
 }
 
 TEST(Agreement, SameValuePassesDifferentValueThrowsOnEveryRank) {

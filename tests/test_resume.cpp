@@ -23,6 +23,7 @@
 #include "framework/data/file_seal.h"
 #include "framework/data/h5.h"
 #include "framework/snapshot.h"
+#include "framework/trainer_run.h"
 
 namespace tessera {
 namespace {
@@ -170,8 +171,8 @@ class ResumeTest : public testing::Test {
     return argv;
   }
   // Runs `argv` (a training of `run_dir`), sends SIGTERM to every rank once training is under
-  // way, and expects a clean stop (exit code 0, "stopped by a signal") with a snapshot; returns
-  // the newest snapshot's step.
+  // way, and expects a clean stop (exit code 4, kExitStopped: "stopped by a signal") with a
+  // snapshot; returns the newest snapshot's step.
   int64_t run_and_terminate(const std::vector<std::string>& argv, const std::string& run_dir,
                             int timeout_s) {
     bool sent = false;
@@ -186,7 +187,7 @@ class ResumeTest : public testing::Test {
     });
     EXPECT_TRUE(sent) << job.output;
     EXPECT_TRUE(job.finished) << job.output;
-    EXPECT_EQ(job.exit_code, 0) << job.output;
+    EXPECT_EQ(job.exit_code, kExitStopped) << job.output;
     EXPECT_NE(job.output.find("stopped by a signal"), std::string::npos) << job.output;
     const auto newest = find_latest_snapshot(run_dir + "/snapshots");
     EXPECT_TRUE(newest.has_value()) << job.output;
@@ -494,7 +495,7 @@ TEST_F(ResumeTest, GaussiansResumeExactlyAndExportPly) {
   EXPECT_FALSE(fs::exists(refused_ply));
 }
 
-// SIGTERM to every rank of a Gaussian run: one snapshot, exit code 0; --resume auto continues
+// SIGTERM to every rank of a Gaussian run: one snapshot, exit code 4; --resume auto continues
 // from it to the end (the PLY).
 TEST_F(ResumeTest, GaussiansSigtermWritesASnapshotAndResumes) {
   write_gaussians_config();
@@ -631,7 +632,70 @@ TEST_F(ResumeTest, KilledRankLosesNothing) {
   EXPECT_EQ(differ, 0) << "largest relative parameter difference " << relative;
 }
 
-// SIGTERM to every rank (as a scheduler sends at a time limit): one snapshot, exit code 0.
+// Two jobs at once: a second job on a run directory in use is refused (exit code 2, naming the
+// first job) and leaves the first one's files alone (before, it truncated metrics.jsonl under
+// the running job); a job on another run directory runs beside it.
+TEST_F(ResumeTest, ASecondJobOnARunDirInUseIsRefused) {
+  const std::string run_dir = dir_ + "/busy";
+  const std::string metrics = run_dir + "/metrics.jsonl";
+  Job second, beside;
+  bool done = false;
+  const Job first = run(
+      train(2, run_dir, {"--set", "train.steps=100000", "--set", "train.log_every=1", "--set",
+                         "snapshot.every=0"}),
+      180, [&] {
+        if (done || !fs::exists(metrics) || fs::file_size(metrics) == 0) return;
+        done = true;
+        second = run(train(1, run_dir, {"--set", "train.steps=4"}), 90);
+        beside = run(train(1, dir_ + "/beside", {"--set", "train.steps=4"}), 90);
+        for (pid_t pid : processes_with(run_dir, binary_)) kill(pid, SIGTERM);
+      });
+  ASSERT_TRUE(done) << first.output;
+  EXPECT_EQ(first.exit_code, kExitStopped) << first.output;
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_NE(second.output.find("is in use by another training job (host "), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find(" pid "), std::string::npos) << second.output;
+  EXPECT_EQ(beside.exit_code, 0) << beside.output;
+  // The first job's records are whole, from its first step on.
+  std::ifstream in(metrics);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto first_record = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(first_record.is_object()) << line;
+  EXPECT_EQ(first_record.value("step", int64_t{-1}), 1) << line;
+  // Once the first job has ended its lock is gone: the run can be resumed.
+  const Job resumed = run(train(2, run_dir, {"--set", "train.steps=" +
+      std::to_string(*snapshot_step(*find_latest_snapshot(run_dir + "/snapshots")) + 1),
+      "--resume", "auto"}), 90);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+// A relative run.out_dir under different working directories is two directories: the ranks would
+// disagree on every snapshot (resume would start at step 0 on some). Refused at start, exit 2.
+TEST_F(ResumeTest, ARunDirThatDiffersBetweenRanksIsRefused) {
+  fs::create_directories(dir_ + "/cwd-a");
+  fs::create_directories(dir_ + "/cwd-b");
+  std::vector<std::string> argv{mpiexec_, "--oversubscribe"};
+  for (const std::string cwd : {dir_ + "/cwd-a", dir_ + "/cwd-b"}) {
+    if (argv.size() > 2) argv.push_back(":");
+    for (const std::string& a : {std::string("-n"), std::string("1"), std::string("--wdir"), cwd,
+                                 binary_, std::string("train"), dir_ + "/run.toml",
+                                 std::string("--set"), std::string("run.out_dir=run")})
+      argv.push_back(a);
+  }
+  const Job job = run(argv, 90);
+  EXPECT_EQ(job.exit_code, 2) << job.output;
+  EXPECT_NE(job.output.find("is not the same directory on every rank: rank 1"), std::string::npos)
+      << job.output;
+  EXPECT_NE(job.output.find("the path is relative to " + dir_ + "/cwd-b"), std::string::npos)
+      << job.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/cwd-a/run/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(dir_ + "/cwd-a/run/snapshots"));
+}
+
+// SIGTERM to every rank (as a scheduler sends at a time limit): one snapshot, exit code 4, so
+// that a scheduler does not count the job as completed.
 TEST_F(ResumeTest, SigtermWritesASnapshotAndExitsCleanly) {
   const std::string run_dir = dir_ + "/term";
   EXPECT_GT(run_and_terminate(train(2, run_dir, {"--set", "train.steps=100000", "--set",
