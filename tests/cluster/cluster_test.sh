@@ -13,7 +13,6 @@
 #                is `launch/cluster exec`, where a real cluster has ssh): the same NeRF result
 #   requeue      a job that reaches its time limit: the template's warning, a stop snapshot on
 #                every rank, a requeue, --resume auto, until done; bitwise the uninterrupted run
-#   requeue_fewer  the same, requeued onto 1 node: 2 ranks resume the 4 ranks' snapshot, finish
 #   signals      scancel --signal=TERM: one snapshot, exit code 4, not requeued
 #   two_jobs     a second job on a run directory in use is refused (exit 2); another runs beside
 #   lost_node    a node killed mid-run: the job ends within 60 s, its newest snapshot validates,
@@ -205,11 +204,10 @@ case "$case_name" in
       fail "mpirun across nodes and on one node differ"
     say "2 nodes (mpirun --hostfile) = 1 node, bitwise"
     ;;
-  requeue|requeue_fewer)
+  requeue)
     # A run that cannot fit its first job: a 2-minute limit warned 30-90 s ahead (Slurm's
     # resolution) stops it after 30 s or more of training, then the script requeues it. The
-    # pending job gets a limit long enough to finish (and, for requeue_fewer, one node instead
-    # of two: 2 ranks resume the 4 ranks' snapshot).
+    # pending job gets a limit long enough to finish.
     steps=1500
     args=("${NERF_ARGS[@]}" --set train.steps=$steps --set snapshot.every=0)
     say "sbatch --time=2 --signal=B:USR1@30: $steps steps cannot fit the first job"
@@ -221,9 +219,7 @@ case "$case_name" in
       sleep 1
     done
     [ "$(job_field "$id" Restarts)" -ge 1 ] || fail "job $id was not requeued: $(tail -20 "$work/job.out")"
-    update=(TimeLimit=30)
-    if [ "$case_name" = requeue_fewer ]; then update+=(NumNodes=1-1 NumTasks=2); fi
-    scontrol update JobId="$id" "${update[@]}" || fail "scontrol update ${update[*]} failed"
+    scontrol update JobId="$id" TimeLimit=30 || fail "scontrol update TimeLimit=30 failed"
     state=$(wait_job "$id" 1200 release)
     say "job $id: $state after $(( $(date +%s) - start )) s, $(job_field "$id" Restarts) requeue(s)"
     [ "$state" = COMPLETED ] || fail "job $id ended $state: $(tail -30 "$work/job.out")"
@@ -233,18 +229,12 @@ case "$case_name" in
     grep "stopped by a signal after step\|^resuming from" "$work/job.out" | sed 's/^/  /'
     final=$(printf 'step-%08d.h5' "$steps")
     [ -f "$work/run/snapshots/$final" ] || fail "no final snapshot $final"
-    if [ "$case_name" = requeue_fewer ]; then
-      grep -q "written by 4 rank(s), now 2" "$work"/run/logs/rank-0.log ||
-        fail "the requeued job did not resume on 2 ranks"
-      say "requeued onto 1 node: 2 ranks resumed the 4 ranks' snapshot and finished"
-    else
-      grep -q "^resuming from .* at step" "$work/job.out" || fail "the requeued job did not resume"
-      say "the same run uninterrupted on one node"
-      reference "$work/straight" configs/demo_nerf.toml "${args[@]}"
-      same_parameters "$work/run/snapshots/$final" "$work/straight/snapshots/$final" ||
-        fail "the requeued run differs from the uninterrupted one"
-      say "requeued, bitwise the uninterrupted run"
-    fi
+    grep -q "^resuming from .* at step" "$work/job.out" || fail "the requeued job did not resume"
+    say "the same run uninterrupted on one node"
+    reference "$work/straight" configs/demo_nerf.toml "${args[@]}"
+    same_parameters "$work/run/snapshots/$final" "$work/straight/snapshots/$final" ||
+      fail "the requeued run differs from the uninterrupted one"
+    say "requeued, bitwise the uninterrupted run"
     ;;
   signals)
     args=("${NERF_ARGS[@]}" --set train.steps=100000 --set snapshot.every=0)
