@@ -43,4 +43,22 @@ void check_same_on_all_ranks(ProcessContext& context, double value, const std::s
   check_same_on_all_ranks(context, bits, what);
 }
 
+void broadcast_string(ProcessContext& context, std::string& text, int root) {
+  long long length = static_cast<long long>(text.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, root, context.world()));
+  text.resize(static_cast<size_t>(length));
+  if (length > 0)
+    MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, context.world()));
+}
+
+Failure agree_on_failure(ProcessContext& context, const std::string& local, const std::string& what) {
+  Watchdog::Scope watch(context.watchdog(), what);
+  int first = local.empty() ? context.size() : context.rank();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, context.world()));
+  if (first == context.size()) return {};
+  std::string message = context.rank() == first ? local : std::string();
+  broadcast_string(context, message, first);
+  return {first, message};
+}
+
 }  // namespace tessera::distributed

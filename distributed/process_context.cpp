@@ -182,7 +182,6 @@ int ProcessContext::cuda_device_index() const {
 #endif
 }
 
-
 int ProcessContext::thread_share(int mask_cores, int mask_sharers) {
   return std::max(1, mask_cores / std::max(1, mask_sharers));
 }

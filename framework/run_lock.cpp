@@ -3,7 +3,6 @@
 #include "framework/run_lock.h"
 
 #include <fcntl.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "distributed/watchdog.h"
 
@@ -43,16 +43,8 @@ std::string holder_line(const std::string& hostname) {
   return line.str();
 }
 
-// Sends rank `root`'s text to every rank. Collective.
-std::string broadcast_text(distributed::ProcessContext& context, std::string text, int root,
-                           const std::string& what) {
-  distributed::Watchdog::Scope watch(context.watchdog(), what);
-  int length = static_cast<int>(text.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, root, context.world()));
-  text.resize(static_cast<size_t>(length));
-  MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, root, context.world()));
-  return text;
-}
+// What a holder line says without its token.
+std::string describe(const std::string& holder) { return holder.substr(0, holder.find(" token ")); }
 
 }  // namespace
 
@@ -62,7 +54,7 @@ std::string RunDirLock::path(const std::string& out_dir) {
 
 RunDirLock::RunDirLock(distributed::ProcessContext& context, const std::string& out_dir) {
   const std::string file = path(out_dir);
-  std::string problem;  // rank 0's, agreed below
+  std::string problem;  // rank 0's: only it takes the lock
   std::string line;
   if (context.rank() == 0) {
     std::error_code ignored;
@@ -79,8 +71,7 @@ RunDirLock::RunDirLock(distributed::ProcessContext& context, const std::string& 
         std::ifstream in(file);
         std::string holder;
         std::getline(in, holder);
-        const size_t token_at = holder.find(" token ");
-        if (token_at != std::string::npos) holder.resize(token_at);
+        holder = describe(holder);
         problem = error == EAGAIN || error == EACCES
                       ? "run.out_dir " + out_dir + " is in use by another training job (" +
                             (holder.empty() ? std::string("holder unknown") : holder) +
@@ -100,13 +91,16 @@ RunDirLock::RunDirLock(distributed::ProcessContext& context, const std::string& 
       }
     }
   }
-  problem = broadcast_text(context, problem, 0, "run directory lock");
-  if (!problem.empty()) throw UserError(problem);
+  const distributed::Failure locked = distributed::agree_on_failure(context, problem, "run directory lock");
+  if (locked.failed()) throw UserError(locked.message);
   if (context.size() == 1) return;
 
   // Every rank reads the holder line back from its own view of RUN_DIR. Rank 0 reads through its
   // descriptor: closing any other descriptor of the file would drop the process's fcntl lock.
-  line = broadcast_text(context, line, 0, "run directory lock");
+  {
+    distributed::Watchdog::Scope watch(context.watchdog(), "run directory lock");
+    distributed::broadcast_string(context, line, 0);
+  }
   std::string seen;
   if (context.rank() == 0) {
     seen.resize(line.size());
@@ -115,21 +109,12 @@ RunDirLock::RunDirLock(distributed::ProcessContext& context, const std::string& 
     std::ifstream in(file);
     std::getline(in, seen);
   }
-  int first_bad = seen == line ? context.size() : context.rank();
-  {
-    distributed::Watchdog::Scope watch(context.watchdog(), "run directory check");
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, context.world()));
-  }
-  if (first_bad == context.size()) return;
   std::string mine;
-  if (context.rank() == first_bad) {
+  if (seen != line) {
     std::error_code ignored;
     const std::string cwd = std::filesystem::current_path(ignored).string();
-    const auto describe = [](const std::string& holder) {
-      return holder.substr(0, holder.find(" token "));
-    };
     mine = "run.out_dir " + out_dir + " is not the same directory on every rank: rank " +
-           std::to_string(first_bad) + " on " + context.info().hostname + " " +
+           std::to_string(context.rank()) + " on " + context.info().hostname + " " +
            (seen.empty() ? "does not find " + file + ", which rank 0 just wrote ("
                          : "finds another " + file + " (" + describe(seen) +
                                "), not the one rank 0 just wrote (") +
@@ -138,7 +123,9 @@ RunDirLock::RunDirLock(distributed::ProcessContext& context, const std::string& 
                                                           : std::string()) +
            "; put run.out_dir on a filesystem every node shares, as an absolute path";
   }
-  throw UserError(broadcast_text(context, mine, first_bad, "run directory check"));
+  const distributed::Failure failure =
+      distributed::agree_on_failure(context, mine, "run directory check");
+  if (failure.failed()) throw UserError(failure.message);
 }
 
 RunDirLock::~RunDirLock() {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
 #include "distributed/watchdog.h"
@@ -29,30 +30,12 @@ namespace {
 
 constexpr int kMaxDims = 8;  // more than any parameter or state tensor needs; fixes the descriptor
 
-// The first failing rank and its message, the same on every rank; rank -1 when none failed.
-struct Failure {
-  int rank = -1;
-  std::string message;
-  bool failed() const { return rank >= 0; }
-};
-
-void broadcast_string(distributed::ProcessContext& context, std::string& text, int root) {
-  long long length = static_cast<long long>(text.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, root, context.world()));
-  text.resize(static_cast<size_t>(length));
-  if (length > 0)
-    MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, context.world()));
-}
+using distributed::broadcast_string;
+using distributed::Failure;
 
 // Collective: every rank passes its own error ("" when it succeeded) and learns the first one.
 Failure agree(distributed::ProcessContext& context, const std::string& local, const std::string& what) {
-  distributed::Watchdog::Scope watch(context.watchdog(), "snapshot: agreeing after " + what);
-  int first = local.empty() ? context.size() : context.rank();
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, context.world()));
-  if (first == context.size()) return {};
-  std::string message = context.rank() == first ? local : std::string();
-  broadcast_string(context, message, first);
-  return {first, message};
+  return distributed::agree_on_failure(context, local, "snapshot: agreeing after " + what);
 }
 
 // Runs `step`; returns "" or why it failed: the OS or MPI-IO cause when HDF5 reports one.
