@@ -26,11 +26,15 @@
 #include <spdlog/spdlog.h>
 
 #include "distributed/errors.h"
+#include "distributed/heartbeat.h"
 #include "distributed/watchdog.h"
 
 namespace tessera::distributed {
 
 namespace {
+
+// How long abort_job waits for MPI_Abort to end this process before ending it itself.
+constexpr double kAbortGraceS = 5.0;
 
 bool read_env_int(const char* name, int* value) {
   const char* text = std::getenv(name);
@@ -62,7 +66,8 @@ std::pair<int, std::string> launcher_local_rank() {
 
 }  // namespace
 
-ProcessContext::ProcessContext(int* argc, char*** argv, double timeout_s) : timeout_s_(timeout_s) {
+ProcessContext::ProcessContext(int* argc, char*** argv, double timeout_s, double heartbeat_s)
+    : timeout_s_(timeout_s) {
   // First, so that start-up cannot hang: MPI's first traffic between hosts (a wrong network
   // interface, a node that is gone) ends the job after `timeout_s` like any collective.
   watchdog_ = std::make_unique<Watchdog>(timeout_s_);
@@ -156,7 +161,10 @@ ProcessContext::ProcessContext(int* argc, char*** argv, double timeout_s) : time
                     "CPU; start one rank per GPU (srun --gpus-per-task=1, or as many ranks per "
                     "node as GPUs)";
   MPI_CHECK(MPI_Comm_free(&node));
+  heartbeat_ = std::make_unique<Heartbeat>(world_, info_.hostname, heartbeat_s, *watchdog_);
 }
+
+const std::string& ProcessContext::heartbeat_warning() const { return heartbeat_->warning(); }
 
 ProcessContext::~ProcessContext() {
   int finalized = 0;
@@ -164,6 +172,7 @@ ProcessContext::~ProcessContext() {
   // While an exception unwinds, peers may be waiting in a collective for this rank: finalizing
   // would wait for them forever. The handler that catches it aborts the job instead.
   if (finalized || std::uncaught_exceptions() > 0) return;
+  heartbeat_.reset();  // a clean exit: the next rank is told, not left to take it for a loss
   {
     Watchdog::Scope watch(*watchdog_, "MPI_Finalize");
     if (world_ != MPI_COMM_NULL) MPI_Comm_free(&world_);
@@ -212,6 +221,15 @@ void ProcessContext::abort_job(int exit_code, const std::string& message) {
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  // Every rank is told directly too: MPI_Abort goes through the launcher, which a lost link may
+  // have cut off from some nodes.
+  Heartbeat::tell_everyone_the_job_ends();
+  // MPI_Abort itself can block when the launcher is out of reach (srun behind a cut link): this
+  // process ends after kAbortGraceS regardless.
+  std::thread([exit_code] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortGraceS));
+    std::_Exit(exit_code);
+  }).detach();
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

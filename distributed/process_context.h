@@ -9,6 +9,7 @@
 
 namespace tessera::distributed {
 
+class Heartbeat;
 class Watchdog;
 
 struct ProcessInfo {
@@ -30,7 +31,9 @@ class ProcessContext {
   // Initializes MPI (a plain run without mpirun is a singleton of size 1), installs error
   // handlers that return codes instead of aborting, and discovers the local rank.
   // `timeout_s` bounds every collective; past it the job is aborted with exit code 3.
-  ProcessContext(int* argc, char*** argv, double timeout_s);
+  // `heartbeat_s` > 0 starts the heartbeat ring (distributed/heartbeat.h): a rank silent that
+  // long ends the job with exit code 3.
+  ProcessContext(int* argc, char*** argv, double timeout_s, double heartbeat_s = 0.0);
   ~ProcessContext();  // finalizes MPI if this object initialized it
   ProcessContext(const ProcessContext&) = delete;
   ProcessContext& operator=(const ProcessContext&) = delete;
@@ -50,6 +53,8 @@ class ProcessContext {
   // When GPUs are visible but shared, cuda_warning() says so and the ranks run on the CPU.
   bool one_cuda_device_per_rank() const { return one_device_per_rank_; }
   const std::string& cuda_warning() const { return cuda_warning_; }
+  // Set when the heartbeat was asked for but UDP between the ranks did not get through.
+  const std::string& heartbeat_warning() const;
   // Sets torch's intra-op threads: `requested` if > 0, else thread_share(info().mask_cores,
   // info().mask_sharers). Returns the count set.
   int apply_thread_share(int requested) const;
@@ -70,6 +75,7 @@ class ProcessContext {
   bool one_device_per_rank_ = false;
   std::string cuda_warning_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // after watchdog_: destroyed first, it uses it
 };
 
 }  // namespace tessera::distributed

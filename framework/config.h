@@ -76,6 +76,7 @@ struct EvalConfig {
 struct DistributedConfig {
   std::string backend;           // auto | mpi | nccl
   double timeout_s = 0.0;        // a collective slower than this aborts the job
+  double heartbeat_s = 0.0;      // a rank silent this long (lost node) aborts the job; 0 = off
   int64_t threads = 0;           // intra-op CPU threads per rank; 0 = node cores / local ranks
   bool check_agreement = false;  // debug: verify agreed values are identical on every rank
   double first_bucket_mib = 0;   // gradient sync: size of the first (earliest) bucket

@@ -183,6 +183,9 @@ const std::vector<KeySpec>& framework_keys() {
       key("distributed", "timeout_s", [](auto& c) -> auto& { return c.distributed.timeout_s; })
           .defaults_to(600.0).range_open_low(0, kMaxCollectiveTimeoutS)
           .doc("A collective that takes longer (seconds) aborts the whole job."),
+      key("distributed", "heartbeat_s", [](auto& c) -> auto& { return c.distributed.heartbeat_s; })
+          .defaults_to(20.0).range(0.0, kMaxCollectiveTimeoutS)
+          .doc("A rank that sends no heartbeat (a UDP datagram to the next rank, twice a second) for this long (seconds) ends the whole job with exit code 3: a lost process, node or link is found this fast whatever `timeout_s` is. 0 = off (then only `timeout_s` finds them)."),
       key("distributed", "threads", [](auto& c) -> auto& { return c.distributed.threads; })
           .defaults_to(0).at_least(0)
           .doc("Intra-op CPU threads per rank; 0 = its share of the cores its launcher bound it to: the cores of its CPU mask divided by the ranks on the node that share them."),

@@ -39,8 +39,8 @@ torch::Device rank_device(distributed::ProcessContext& context) {
 void bring_up(Session& session, const FamilyRegistry& families, const std::string& log_level,
               const std::string& log_dir) {
   const Config& config = session.config;
-  session.context = std::make_unique<distributed::ProcessContext>(nullptr, nullptr,
-                                                                  config.distributed.timeout_s);
+  session.context = std::make_unique<distributed::ProcessContext>(
+      nullptr, nullptr, config.distributed.timeout_s, config.distributed.heartbeat_s);
   log::init({session.context->rank(), log_level, log_dir, true});
   session.context->apply_thread_share(static_cast<int>(config.distributed.threads));
   const torch::Device device = rank_device(*session.context);
@@ -152,6 +152,8 @@ Session start_training(const Config& config, const FamilyRegistry& families,
                restarts != nullptr ? std::string(" (requeued ") + restarts + "x)" : std::string());
   if (!context.info().local_rank_warning.empty()) spdlog::warn("{}", context.info().local_rank_warning);
   if (!context.cuda_warning().empty()) spdlog::warn("{}", context.cuda_warning());
+  if (context.rank() == 0 && !context.heartbeat_warning().empty())
+    spdlog::warn("{}", context.heartbeat_warning());
   if (context.rank() == 0) note_mpirun_kill_delay();
   if (!config.run.out_dir.empty())
     session.lock = std::make_unique<RunDirLock>(*session.context, config.run.out_dir);

@@ -273,7 +273,7 @@ TEST(ConfigErrors, UnknownKeySuggestsClosestWithLine) {
 TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheSectionsKeys) {
   EXPECT_EQ(parse_error("[distributed]\nwhatever = 1\n"),
             "cfg.toml:2: unknown key 'distributed.whatever' "
-            "(known keys in [distributed]: backend, timeout_s, threads, check_agreement, "
+            "(known keys in [distributed]: backend, timeout_s, heartbeat_s, threads, check_agreement, "
             "first_bucket_mib, bucket_mib)");
 }
 

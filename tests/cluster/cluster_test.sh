@@ -17,6 +17,8 @@
 #   two_jobs     a second job on a run directory in use is refused (exit 2); another runs beside
 #   lost_node    a node killed mid-run: the job ends within 60 s, its newest snapshot validates,
 #                it is requeued and resumes, bitwise the uninterrupted run
+#   lost_link    a node's link cut mid-snapshot: every rank ends within 60 s, the newest snapshot
+#                validates; requeued onto the one node left (4 ranks -> 2), it resumes and ends
 # Work files go to BUILD_DIR/cluster-tests/CASE (a shared directory, as a cluster's home is).
 set -euo pipefail
 case_name=${1:?usage: cluster_test.sh CASE BUILD_DIR}
@@ -68,6 +70,10 @@ wait_job() {
       COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED)
         echo "$state"; return 0 ;;
       PENDING)
+        if [ "$(job_field "$id" Reason)" = BadConstraints ]; then
+          scancel "$id" 2>/dev/null || true
+          fail "job $id can never run (Reason=BadConstraints): $(scontrol show job "$id" | grep -i 'NumNodes\|MinCPUs')"
+        fi
         if [ -n "$release" ] && [ "$(job_field "$id" Reason)" = BeginTime ] &&
            [ $(( $(date +%s) - $(date -d "$(job_field "$id" SubmitTime)" +%s) )) -ge 20 ]; then
           scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
@@ -97,7 +103,7 @@ submit() {
 }
 # A case that fails leaves no job of its own behind and no node lost.
 trap 'if [ -s "$work/jobs" ]; then scancel $(cat "$work/jobs") 2>/dev/null || true; fi
-      if [ "$case_name" = lost_node ]; then "$cluster" restore tnode2 >/dev/null 2>&1 || true; fi' EXIT
+      case "$case_name" in lost_*) "$cluster" restore tnode2 >/dev/null 2>&1 || true ;; esac' EXIT
 # wait_for FILE_GLOB SECONDS: until a file matching it exists (bounded).
 wait_for() {
   local waited=0
@@ -128,6 +134,15 @@ training() {
     waited=$((waited + 1))
   done
   fail "job $1 did not start training within $3 s"
+}
+# snapshotting_job: the NeRF demo for $steps steps with a snapshot every 25, submitted; returns
+# once its first snapshot is on disk. Sets id and args.
+snapshotting_job() {
+  args=("${NERF_ARGS[@]}" --set train.steps="$steps" --set snapshot.every=25)
+  id=$(CONFIG="$root/configs/demo_nerf.toml" TESSERA="$tessera" submit "$work/job.out" -- \
+       --set "run.out_dir=$work/run" "${args[@]}")
+  training "$id" "$work/run" 300
+  wait_for "$work/run/snapshots/step-*.h5" 120
 }
 newest_snapshot() { ls "$1"/snapshots/step-*.h5 2>/dev/null | tail -1; }
 # same_parameters A B: bitwise equal parameters and Adam moments (h5diff exits 0 only then).
@@ -282,17 +297,11 @@ case "$case_name" in
     # A node lost mid-run (its slurmd and ranks killed, as by a power loss): the whole job ends
     # within 60 s with no rank left, the newest snapshot validates, the template requeues the job
     # and, once the node is back, it resumes and ends bitwise as the uninterrupted run.
-    # The surviving ranks learn of the loss only from the watchdog: a dead peer's MPI TCP
-    # connection gives no error, and Slurm notices a dead slurmd late. So the bound is
-    # distributed.timeout_s, 30 s here; at the default 600 s such a job hangs for 10 minutes
-    # (docs/clusters.md, "Limits").
+    # At the default settings: a dead peer's MPI TCP connection gives no error and Slurm
+    # notices a dead slurmd late, so it is the heartbeat (distributed.heartbeat_s, 20 s) that
+    # ends the surviving ranks, long before the watchdog's 600 s.
     steps=400
-    args=("${NERF_ARGS[@]}" --set train.steps=$steps --set snapshot.every=25
-          --set distributed.timeout_s=30)
-    id=$(CONFIG="$root/configs/demo_nerf.toml" TESSERA="$tessera" submit "$work/job.out" -- \
-         --set "run.out_dir=$work/run" "${args[@]}")
-    training "$id" "$work/run" 300
-    wait_for "$work/run/snapshots/step-*.h5" 120
+    snapshotting_job
     lost=$(date +%s.%N)
     "$cluster" fail tnode2
     left=1
@@ -311,6 +320,8 @@ case "$case_name" in
     "$cluster" restore tnode2
     state=$(wait_job "$id" 900 release)
     [ "$state" = COMPLETED ] || fail "job $id ended $state: $(tail -20 "$work/job.out")"
+    grep -q "sent no heartbeat for 20 s" "$work/run/logs"/rank-*.log ||
+      fail "no rank on tnode1 reported the silent one: $(grep -h error "$work/run/logs"/rank-*.log)"
     grep -q "a rank, node or link was lost; requeueing job $id" "$work/job.out" ||
       fail "the template did not requeue the job: $(grep '^tessera:' "$work/job.out")"
     grep -q "^resuming from .*$(basename "$newest") at step" "$work/job.out" ||
@@ -320,6 +331,59 @@ case "$case_name" in
     same_parameters "$work/run/snapshots/$final" "$work/straight/snapshots/$final" ||
       fail "the run resumed after the lost node differs from the uninterrupted one"
     say "requeued after the lost node, resumed from $(basename "$newest"), bitwise the uninterrupted run"
+    ;;
+  lost_link)
+    # A node's link cut while the job writes a snapshot: every rank, on both sides of the cut,
+    # is gone within 60 s (the heartbeat), the half-written snapshot never takes a snapshot's
+    # name, and the job is requeued. The node stays lost: the pending job is resized to the one
+    # node left (4 ranks -> 2), resumes the 4-rank snapshot and finishes.
+    steps=300
+    snapshotting_job
+    for _ in $(seq 1200); do  # until the next snapshot is being written (bounded: 120 s)
+      compgen -G "$work/run/snapshots/step-*.h5.tmp" >/dev/null && break
+      sleep 0.1
+    done
+    writing=$(compgen -G "$work/run/snapshots/step-*.h5.tmp") || fail "no snapshot write seen"
+    lost=$(date +%s.%N)
+    "$cluster" fail tnode2 --link
+    say "cut tnode2's link while $(basename "$writing") was being written"
+    for _ in $(seq 120); do  # until no rank is left on either node (bounded: 60 s)
+      [ "$(ranks_on tnode1)" = 0 ] && [ "$(ranks_on tnode2)" = 0 ] && break
+      sleep 0.5
+    done
+    gone=$(date +%s.%N)
+    seconds=$(awk -v a="$lost" -v b="$gone" 'BEGIN {printf "%.1f", b - a}')
+    [ "$(ranks_on tnode1)$(ranks_on tnode2)" = 00 ] ||
+      fail "ranks left $seconds s after the cut: tnode1 $(ranks_on tnode1), tnode2 $(ranks_on tnode2)"
+    awk -v s="$seconds" 'BEGIN {exit !(s <= 60)}' || fail "the ranks took $seconds s to end"
+    newest=$(newest_snapshot "$work/run")
+    "$tessera" info "$newest" >/dev/null || fail "the newest snapshot $newest does not validate"
+    if [ "$newest.tmp" = "$writing" ]; then cut="finished before the cut took effect"
+    else cut="cut mid-write, never took a snapshot's name"; fi
+    say "every rank gone $seconds s after the cut; the write was $cut; newest snapshot $(basename "$newest") validates"
+    for _ in $(seq 120); do  # until requeued and Slurm has taken tnode2 down (bounded: 240 s)
+      [ "$(job_field "$id" Restarts)" -ge 1 ] 2>/dev/null &&
+        sinfo -h -n tnode2 -o %t | grep -q 'down\|drain\|fail' && break
+      sleep 2
+    done
+    [ "$(job_field "$id" Restarts)" -ge 1 ] || fail "job $id was not requeued: $(tail -20 "$work/job.out")"
+    [ "$(job_field "$id" JobState)" = PENDING ] || fail "job $id is $(job_field "$id" JobState), not pending"
+    # What a user does with a requeued job whose node is gone: one node, 2 ranks. (NumCPUs: this
+    # cluster's nodes have one core each, and the job was overcommitted.)
+    # One update each, in this order: Slurm 22.05 recomputes the CPUs from the tasks after
+    # applying NumCPUs in the same update.
+    scontrol update JobId="$id" NumNodes=1 NumTasks=2 || fail "scontrol update NumNodes=1 failed"
+    scontrol update JobId="$id" NumNodes=1-1 || fail "scontrol update NumNodes=1-1 failed"
+    scontrol update JobId="$id" NumCPUs=1 || fail "scontrol update NumCPUs=1 failed"
+    state=$(wait_job "$id" 900 release)
+    [ "$state" = COMPLETED ] || fail "job $id on one node ended $state: $(tail -20 "$work/job.out")"
+    grep -q "^resuming from .*$(basename "$newest") at step" "$work/job.out" ||
+      fail "the resized job did not resume from $newest"
+    grep -q "tessera train .*: rank 1 of 2, local rank 1 of 2 on tnode1" "$work/run/logs/rank-1.log" ||
+      fail "the resized job did not run 2 ranks on tnode1"
+    final="$work/run/snapshots/$(printf 'step-%08d.h5' "$steps")"
+    "$tessera" info "$final" >/dev/null || fail "no final snapshot $final that validates"
+    say "requeued onto tnode1 alone (4 ranks -> 2), resumed from $(basename "$newest") and finished"
     ;;
   *)
     echo "cluster_test.sh: unknown case '$case_name'" >&2
