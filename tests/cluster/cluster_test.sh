@@ -17,6 +17,7 @@
 #   two_jobs     a second job on a run directory in use is refused (exit 2); another runs beside
 #   lost_node    a node killed mid-run: the job ends within 60 s, its newest snapshot validates,
 #                it is requeued and resumes, bitwise the uninterrupted run
+#   runpath      a node that does not see the binary's libraries: refused at start, exit 2
 #   lost_link    a node's link cut mid-snapshot: every rank ends within 60 s, the newest snapshot
 #                validates; requeued onto the one node left (4 ranks -> 2), it resumes and ends
 # Work files go to BUILD_DIR/cluster-tests/CASE (a shared directory, as a cluster's home is).
@@ -102,8 +103,13 @@ submit() {
     --oversubscribe --cpus-per-task=1 "${sb[@]}" "$work/slurm.sbatch" "$@" | tee -a "$work/jobs"
 }
 # A case that fails leaves no job of its own behind and no node lost.
-trap 'if [ -s "$work/jobs" ]; then scancel $(cat "$work/jobs") 2>/dev/null || true; fi
-      case "$case_name" in lost_*) "$cluster" restore tnode2 >/dev/null 2>&1 || true ;; esac' EXIT
+hidden=""  # runpath: a folder hidden on tnode2 by a mount
+on_exit() {
+  if [ -s "$work/jobs" ]; then scancel $(cat "$work/jobs") 2>/dev/null || true; fi
+  case "$case_name" in lost_*) "$cluster" restore tnode2 >/dev/null 2>&1 || true ;; esac
+  if [ -n "$hidden" ]; then "$cluster" exec tnode2 umount "$hidden" 2>/dev/null || true; fi
+}
+trap on_exit EXIT
 # wait_for FILE_GLOB SECONDS: until a file matching it exists (bounded).
 wait_for() {
   local waited=0
@@ -183,13 +189,22 @@ check_ranks() {
 
 case "$case_name" in
   sbatch)
+    # TESSERA_CLUSTER_DEMO=full: the demo configs as they are, on the demo scene (launch/demo's),
+    # to their last step (about 25 minutes here) instead of 24 steps of a small scene.
+    if [ "${TESSERA_CLUSTER_DEMO:-short}" = full ]; then
+      "$tessera" synth --preset objects --out "$work/demo_scene.h5" >/dev/null 2>&1 || fail "synth failed"
+      NERF_ARGS=(--set "data.path=$work/demo_scene.h5")
+      GS_ARGS=(--set "data.path=$work/demo_scene.h5")
+    fi
     for family in nerf gaussians; do
       if [ "$family" = nerf ]; then args=("${NERF_ARGS[@]}"); config=configs/demo_nerf.toml
       else args=("${GS_ARGS[@]}"); config=configs/demo_gaussians.toml; fi
+      steps=$(awk '/^\[train\]/ {t = 1} t && /^steps *=/ {print $3; exit}' "$root/$config")
+      for arg in "${args[@]}"; do case "$arg" in train.steps=*) steps=${arg#train.steps=} ;; esac; done
       say "$family: sbatch launch/slurm.sbatch, 2 nodes x 2 ranks"
       id=$(CONFIG="$root/$config" TESSERA="$tessera" submit "$work/$family.out" -- \
            --set "run.out_dir=$work/$family" "${args[@]}")
-      state=$(wait_job "$id" 600)
+      state=$(wait_job "$id" 3600)
       [ "$state" = COMPLETED ] || fail "$family job $id ended $state: $(tail -20 "$work/$family.out")"
       [ "$(job_field "$id" ExitCode)" = 0:0 ] || fail "$family job exit code $(job_field "$id" ExitCode)"
       check_ranks "$work/$family/logs"
@@ -197,7 +212,8 @@ case "$case_name" in
       reference "$work/$family-one-node" "$config" "${args[@]}"
       a=$(newest_snapshot "$work/$family")
       b=$(newest_snapshot "$work/$family-one-node")
-      [ "$(basename "$a")" = step-00000024.h5 ] || fail "$family: newest snapshot $a"
+      [ "$(basename "$a")" = "$(printf 'step-%08d.h5' "$steps")" ] || fail "$family: newest snapshot $a, expected step $steps"
+      grep -h '"eval' "$work/$family/metrics.jsonl" | tail -1 | sed "s/^/  $family, 2 nodes: /"
       same_parameters "$a" "$b" || fail "$family: 2 nodes and 1 node differ ($a vs $b)"
       say "$family: 2 nodes x 2 ranks = 1 node x 4 ranks, bitwise"
     done
@@ -384,6 +400,31 @@ case "$case_name" in
     final="$work/run/snapshots/$(printf 'step-%08d.h5' "$steps")"
     "$tessera" info "$final" >/dev/null || fail "no final snapshot $final that validates"
     say "requeued onto tnode1 alone (4 ranks -> 2), resumed from $(basename "$newest") and finished"
+    ;;
+  runpath)
+    # A node that does not see where the binary's libraries are (the builder's home not
+    # mounted there): LibTorch's folder hidden on tnode2 by a mount of its own. The template
+    # stops at its first step, exit 2, naming the node and the fix; no rank starts training.
+    torch_lib=$(readelf -d "$tessera" | sed -n 's/.*RUNPATH.*\[\(.*\)\]/\1/p' | tr ':' '\n' |
+                grep '/torch/lib$' | head -1)
+    [ -n "$torch_lib" ] || fail "no torch/lib in the RUNPATH of $tessera"
+    hidden=$(readlink -f "$torch_lib")
+    [ -d "$hidden" ] || fail "$hidden is not a folder"
+    "$cluster" exec tnode2 mount -t tmpfs tessera-hidden "$hidden" || fail "cannot hide $hidden on tnode2"
+    id=$(CONFIG="$root/configs/demo_nerf.toml" TESSERA="$tessera" submit "$work/job.out" -- \
+         --set "run.out_dir=$work/run" "${NERF_ARGS[@]}")
+    state=$(wait_job "$id" 300)
+    "$cluster" exec tnode2 umount "$hidden" || fail "cannot unhide $hidden on tnode2"
+    hidden=""
+    [ "$state" = FAILED ] && [ "$(job_field "$id" ExitCode)" = 2:0 ] ||
+      fail "job $id ended $state, exit $(job_field "$id" ExitCode), expected FAILED 2:0: $(tail -8 "$work/job.out")"
+    grep -q "does not start on every node of job $id" "$work/job.out" || fail "no preflight message: $(tail -8 "$work/job.out")"
+    grep -q "tnode2" "$work/job.out" || fail "the node is not named: $(tail -8 "$work/job.out")"
+    grep -q "TESSERA_VENV" "$work/job.out" || fail "the fix is not named"
+    [ ! -e "$work/run/metrics.jsonl" ] || fail "a rank started training"
+    [ "$(job_field "$id" Restarts)" = 0 ] || fail "bad input was requeued"
+    sed -n '/does not start/,/TESSERA_VENV/p' "$work/job.out" | sed 's/^/  /'
+    say "a node without the libraries: exit 2 at the first step, naming tnode2 and the fix"
     ;;
   *)
     echo "cluster_test.sh: unknown case '$case_name'" >&2
