@@ -145,7 +145,7 @@ TEST(Failure, FrozenRankEndsTheJobThroughTheHeartbeat) {
 // The whole job stopped (SIGSTOP to every rank, as `scontrol suspend` does) for twice the
 // heartbeat's silence, then continued: no rank may take that for a lost peer.
 TEST(Failure, SuspendedJobIsNotTakenForALostRank) {
-  constexpr double kHeartbeatS = 1.0;
+  constexpr double kHeartbeatS = 2.0;
   const auto suspend = [](const fs::path& dir) {
     std::vector<pid_t> pids;
     for (int i = 0; i < 300 && pids.size() < static_cast<size_t>(kRanks); ++i) {
