@@ -150,11 +150,7 @@ ProcessContext::ProcessContext(int* argc, char*** argv, double timeout_s, double
                           MPI_CHAR, node));
   std::vector<std::string> taken;
   for (int i = 0; i < info_.local_size; ++i) taken.emplace_back(&bus_ids[sizeof(bus_id) * i]);
-  const bool every_rank_has_one =
-      std::none_of(taken.begin(), taken.end(), [](const std::string& id) { return id.empty(); });
-  std::sort(taken.begin(), taken.end());
-  one_device_per_rank_ =
-      every_rank_has_one && std::adjacent_find(taken.begin(), taken.end()) == taken.end();
+  one_device_per_rank_ = one_device_each(std::move(taken));
   if (device >= 0 && !one_device_per_rank_)
     cuda_warning_ = std::to_string(info_.local_size) + " ranks on " + info_.hostname +
                     " share their visible GPUs (NCCL needs one GPU per rank): running on the "
@@ -189,6 +185,13 @@ int ProcessContext::cuda_device_index() const {
 #else
   return -1;
 #endif
+}
+
+bool ProcessContext::one_device_each(std::vector<std::string> bus_ids) {
+  if (std::any_of(bus_ids.begin(), bus_ids.end(), [](const std::string& id) { return id.empty(); }))
+    return false;
+  std::sort(bus_ids.begin(), bus_ids.end());
+  return std::adjacent_find(bus_ids.begin(), bus_ids.end()) == bus_ids.end();
 }
 
 int ProcessContext::thread_share(int mask_cores, int mask_sharers) {

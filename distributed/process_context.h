@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tessera::distributed {
 
@@ -62,6 +63,10 @@ class ProcessContext {
   // overlap it, at least 1. So ranks x threads stays within a node's cores whatever the launcher
   // bound: no binding, a core each, a socket shared by several, a Slurm step's cpuset.
   static int thread_share(int mask_cores, int mask_sharers);
+  // Whether the ranks of a node each have a GPU of their own, from the PCI bus id of the device
+  // each would take (empty: none): all present and all different. Ranks that each see only
+  // their own GPU (`srun --gpus-per-task=1`) all take index 0, of different devices.
+  static bool one_device_each(std::vector<std::string> bus_ids);
 
   // Ends every process of the job with `exit_code` after printing `message` tagged with the
   // rank. Safe to call from any thread; never returns.

@@ -111,6 +111,20 @@ TEST(ProcessContext, ThreadShareOfEachBinding) {
   EXPECT_EQ(ProcessContext::thread_share(0, 0), 1);
 }
 
+// The decision behind one_cuda_device_per_rank(), from the bus ids a node's ranks would take.
+TEST(ProcessContext, OneDeviceEachFromBusIds) {
+  // srun --gpus-per-task=1: each rank sees one GPU, index 0, a different device each.
+  EXPECT_TRUE(ProcessContext::one_device_each({"00000000:19:00.0", "00000000:3B:00.0"}));
+  // Every rank sees all GPUs and takes its local rank's.
+  EXPECT_TRUE(ProcessContext::one_device_each({"00000000:3B:00.0", "00000000:19:00.0", "00000000:4C:00.0"}));
+  // Two ranks on the one visible GPU (more ranks than GPUs, or a per-node CUDA_VISIBLE_DEVICES).
+  EXPECT_FALSE(ProcessContext::one_device_each({"00000000:19:00.0", "00000000:19:00.0"}));
+  // A rank without a device (no CUDA there): the node runs on the CPU.
+  EXPECT_FALSE(ProcessContext::one_device_each({"00000000:19:00.0", ""}));
+  EXPECT_FALSE(ProcessContext::one_device_each({""}));
+  EXPECT_TRUE(ProcessContext::one_device_each({"00000000:19:00.0"}));
+}
+
 TEST(ProcessContext, CudaDeviceFollowsLocalRank) {
   ProcessContext& context = *test::g_context;
   const int device = context.cuda_device_index();
