@@ -70,6 +70,7 @@ struct EvalConfig {
   int64_t every = 0;      // steps between evaluations; 0 = only at the end
   std::string split;      // val | test | train
   int64_t max_views = 0;  // views rendered per evaluation
+  int64_t train_views = 0;  // train views also scored, for the train-eval gap; 0 = off
 };
 
 // [distributed] — the communicator and per-rank resources.

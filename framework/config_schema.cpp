@@ -177,6 +177,9 @@ const std::vector<KeySpec>& framework_keys() {
       key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
           .defaults_to(4).range(1, 100000)
           .doc("Items (views, shapes) of the split scored per evaluation, the first ones."),
+      key("eval", "train_views", [](auto& c) -> auto& { return c.eval.train_views; })
+          .defaults_to(4).range(0, 100000)
+          .doc("Image families: this many train views (at most as many as the eval views scored), spread evenly over the train split, are scored too, and the eval line adds `train_psnr` and `psnr_gap` (train minus eval PSNR). A gap over 6 dB is a warning that names the likely causes: the model fits the training views without the scene's geometry. 0 = off; no effect when `eval.split` is train."),
       key("distributed", "backend", [](auto& c) -> auto& { return c.distributed.backend; })
           .defaults_to("auto").one_of({"auto", "mpi", "nccl"})
           .doc("Communicator: `auto` uses NCCL for CUDA tensors and MPI for CPU."),

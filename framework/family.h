@@ -123,6 +123,10 @@ class ModelFamily {
   // The family's likely causes of a loss that does not improve, numbered from (4) on (the
   // TrainingRun's warning lists poses, bounds and background first; learning_check.h).
   virtual std::string not_learning_causes() const { return ""; }
+  // The family's likely causes of eval PSNR far below the train views' (the model fits the
+  // training views without the scene's geometry), numbered from (4) on (learning_check.h,
+  // overfitting_causes lists the capture's first).
+  virtual std::string overfitting_causes() const { return ""; }
   // Appended to the "stopped by a signal" message (e.g. how to get the family's outputs from the
   // snapshot); "" = nothing.
   virtual std::string stopped_hint() const { return ""; }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <numeric>
 
 namespace tessera {
@@ -48,6 +49,33 @@ std::string capture_not_learning_causes(const std::string& more) {
          "scene_extent (re-import without --keep-coordinates, or give aabb_scale / COLMAP "
          "points); (3) background: a capture without alpha has no white background to fall back "
          "on; " + more + " See docs/datasets.md, \"Training your own capture\".";
+}
+
+std::optional<std::string> overfitting_warning(double eval_psnr, double train_psnr,
+                                               const std::string& family_causes) {
+  const double gap = train_psnr - eval_psnr;
+  if (!(gap > kOverfitGapDb)) return std::nullopt;
+  char head[256];
+  std::snprintf(head, sizeof(head),
+                "eval PSNR %.2f dB is %.1f dB below the train views' %.2f dB: the model fits the "
+                "views it trains on without the scene's geometry, and new views show it (fog, "
+                "floaters, blur). Likely causes: ",
+                eval_psnr, gap, train_psnr);
+  return std::string(head) +
+         "(1) coverage: views that each see a part of the scene from one side only (sparse, "
+         "clustered or forward-facing captures) leave every point fitted by one or two views; "
+         "(2) poses: views that disagree slightly are fitted one by one instead of together "
+         "(check the capture's registration); (3) the val views lie outside the train views' "
+         "range (the split: every 8th image by default, `tessera convert --split-every`); " +
+         family_causes + " See docs/datasets.md, \"Training your own capture\".";
+}
+
+std::vector<size_t> spread_views(const std::vector<size_t>& views, int64_t k) {
+  const size_t n = views.size();
+  const size_t m = k <= 0 ? 0 : std::min(n, static_cast<size_t>(k));
+  std::vector<size_t> out;
+  for (size_t i = 0; i < m; ++i) out.push_back(views[i * n / m]);
+  return out;
 }
 
 }  // namespace tessera

@@ -43,4 +43,18 @@ class LearningCheck {
 // (3) background, then `more` (the family's own, numbered from 4), then where to read more.
 std::string capture_not_learning_causes(const std::string& more);
 
+// Eval PSNR this far (dB) below the train views' warns (TrainingRun::evaluate): a model that
+// learned the scene renders a view it has not seen a few dB worse than one it trained on, not more.
+constexpr double kOverfitGapDb = 6.0;
+
+// The warning for an eval PSNR more than kOverfitGapDb below the train views' PSNR, naming the
+// likely causes: those of any family trained on captured views, numbered (1)-(3), then
+// `family_causes` (ModelFamily::overfitting_causes). nullopt when the gap is smaller.
+std::optional<std::string> overfitting_warning(double eval_psnr, double train_psnr,
+                                               const std::string& family_causes);
+
+// `k` of `views`, spread evenly over them (views next to each other in a capture look alike):
+// views[i * n / k] for i < k; all of them when k >= n, none when k <= 0.
+std::vector<size_t> spread_views(const std::vector<size_t>& views, int64_t k);
+
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
+#include "framework/learning_check.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
 #include "framework/trainer_run.h"
@@ -30,6 +32,7 @@ RunOptions run_options(const Config& config) {
   o.eval_every = config.eval.every;
   o.eval_split = config.eval.split;
   o.eval_max_views = config.eval.max_views;
+  o.eval_train_views = config.eval.train_views;
   o.out_dir = config.run.out_dir;
   o.snapshot_every = config.snapshot.every;
   o.snapshot_keep = config.snapshot.keep;
@@ -142,7 +145,25 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
       data::write_png((std::filesystem::path(options_.out_dir) / "renders" / name).string(), png);
     };
   }
-  return family_.evaluate(step, views, sink);
+  EvalScores scores = family_.evaluate(step, views, sink);
+  const double psnr = scores.value("psnr");
+  if (split == data::Split::Train || options_.eval_train_views <= 0 || !std::isfinite(psnr))
+    return scores;
+  // How well the model fits what it trains on, beside how well it renders new views.
+  // As many as the eval views at most, so that the gap costs at most the eval's own time again.
+  const std::vector<size_t> train = spread_views(
+      dataset_.indices(data::Split::Train),
+      std::min(options_.eval_train_views, static_cast<int64_t>(views.size())));
+  if (train.empty()) return scores;
+  const double train_psnr = family_.evaluate(step, train, {}).value("psnr");
+  scores.metrics.emplace_back("train_psnr", train_psnr);
+  scores.metrics.emplace_back("psnr_gap", train_psnr - psnr);
+  if (overfit_warned_) return scores;  // once per run: the causes do not change between evals
+  if (const auto warning = overfitting_warning(psnr, train_psnr, family_.overfitting_causes())) {
+    overfit_warned_ = true;
+    if (comm_.rank() == 0) spdlog::warn("step {}: {}", step, *warning);
+  }
+  return scores;
 }
 
 std::string TrainingRun::save_snapshot() {

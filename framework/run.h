@@ -32,6 +32,9 @@ struct RunOptions {
   int64_t eval_every = 0;          // eval cadence in steps (0 = only at the end)
   std::string eval_split = "val";  // "train" | "val" | "test"
   int64_t eval_max_views = 4;      // at most this many views of the split (first ones); -1 all
+  // Image families: train views also scored (spread over the train split), for the train-eval
+  // PSNR gap; a gap over kOverfitGapDb warns with ModelFamily::overfitting_causes. 0 = off.
+  int64_t eval_train_views = 0;
   std::string out_dir;             // run directory; "" = write no files
   bool progress = true;            // rank 0 prints the progress line on stderr
   bool verbose = false;            // the progress line adds the seconds per phase (run.verbose)
@@ -124,6 +127,7 @@ class TrainingRun {
   int64_t first_step_ = 0;   // the step run() started at (for the ETA)
   int64_t steps_done_ = 0;
   int64_t consecutive_skips_ = 0;
+  bool overfit_warned_ = false;  // the train-eval gap warning is given once per run
 };
 
 }  // namespace tessera

@@ -176,6 +176,13 @@ std::string Trainer::not_learning_causes() const {
       "(`tessera convert --images-scaled`).");
 }
 
+std::string Trainer::overfitting_causes() const {
+  return "(4) floaters: density just in front of each camera paints that view and is seen as fog "
+         "from the others (nerf.near_gradient_distance, nerf.distortion_weight); "
+         "(5) view-dependent color explaining what geometry should (too few views for the "
+         "color MLP's directions).";
+}
+
 std::vector<torch::Tensor> Trainer::gradients() {
   std::vector<torch::Tensor> grads;
   for (const torch::Tensor& p : params_) grads.push_back(p.grad());

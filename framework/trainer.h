@@ -89,6 +89,7 @@ class Trainer : public ModelFamily {
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
   std::string not_learning_causes() const override;
+  std::string overfitting_causes() const override;
 
   // ---- The run over this family (framework/run.h), built on first use.
   TrainingRun& run_driver();

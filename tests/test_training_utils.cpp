@@ -542,6 +542,34 @@ TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
   EXPECT_EQ(w->find("poses"), std::string::npos) << *w;
 }
 
+// ---- Train-eval gap (TrainingRun::evaluate) ---------------------------------------------------
+
+TEST(OverfittingWarning, OnlyAboveTheGapAndNamesEveryCause) {
+  using tessera::overfitting_warning;
+  // The capture that showed it: batch PSNR 30 on train views, 17.2 on val views.
+  const auto w = overfitting_warning(17.18, 29.6, "(4) floaters: nerf.near_gradient_distance;");
+  ASSERT_TRUE(w.has_value());
+  for (const char* needle : {"17.18", "12.4", "29.60", "coverage", "poses", "split",
+                             "nerf.near_gradient_distance", "docs/datasets.md"})
+    EXPECT_NE(w->find(needle), std::string::npos) << needle << " in: " << *w;
+  // A gap at or below kOverfitGapDb is what a model that learned the scene shows; NaN (no train
+  // score) never warns.
+  EXPECT_FALSE(overfitting_warning(24.0, 24.0 + tessera::kOverfitGapDb, ""));
+  EXPECT_TRUE(overfitting_warning(24.0, 24.01 + tessera::kOverfitGapDb, ""));
+  EXPECT_FALSE(overfitting_warning(30.0, 26.0, ""));  // eval above train
+  EXPECT_FALSE(overfitting_warning(20.0, std::nan(""), ""));
+}
+
+TEST(OverfittingWarning, TrainViewsAreSpreadOverTheSplit) {
+  using tessera::spread_views;
+  const std::vector<size_t> train = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15};  // 14 views
+  EXPECT_EQ(spread_views(train, 4), (std::vector<size_t>{1, 4, 9, 12}));  // i * 14 / 4
+  EXPECT_EQ(spread_views(train, 1), (std::vector<size_t>{1}));
+  EXPECT_EQ(spread_views(train, 100), train);
+  EXPECT_TRUE(spread_views(train, 0).empty());
+  EXPECT_TRUE(spread_views({}, 4).empty());
+}
+
 // ---- adam_step, PhaseTimer --------------------------------------------------------------------
 
 namespace tessera {

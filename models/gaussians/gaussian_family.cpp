@@ -97,6 +97,13 @@ std::string GaussianFamily::not_learning_causes() const {
       "(5) learning rates: gaussians.lr_* too high or too low for the scene's scale.");
 }
 
+std::string GaussianFamily::overfitting_causes() const {
+  return "(4) Gaussians fitted to single views: densification that splits and clones on the "
+         "gradients of few views (gaussians.densify_*), or a random initialization without the "
+         "capture's SfM points; (5) view-dependent color (gaussians.sh_degree) explaining what "
+         "positions should.";
+}
+
 std::string GaussianFamily::describe() {
   return std::to_string(trainer_.global_count()) + " Gaussians";
 }

@@ -35,6 +35,7 @@ class GaussianFamily : public ModelFamily {
   std::string write_outputs(const std::string& out_dir) override;
   std::string describe() override;
   std::string not_learning_causes() const override;
+  std::string overfitting_causes() const override;
   std::string stopped_hint() const override {
     return " (`tessera export SNAPSHOT --ply OUT.ply` writes its Gaussians)";
   }

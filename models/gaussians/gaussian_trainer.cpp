@@ -2,6 +2,8 @@
 // with world-size-independent global ids, rebalancing with Adam state) and canonical accessors.
 #include "models/gaussians/gaussian_trainer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -75,6 +77,15 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
   if (n == 0)
     throw UserError((options_.init_ply.empty() ? std::string("the scene") : options_.init_ply) +
                     ": no Gaussians to start from");
+  if (options_.init_ply.empty() && !scene.has_points() && scene.meta().unbounded() && r == 0)
+    spdlog::warn(
+        "{}: no SfM points, so 3DGS starts from {} random Gaussians spread out to the scene's "
+        "extent. An object in the middle of the views trains from them; a room or an outdoor "
+        "scene usually ends as a blur, since nothing tells the Gaussians where its surfaces are. "
+        "To start from points: run COLMAP on the images and import its folder (`tessera convert "
+        "FOLDER` reads sparse/0/points3D), list a point cloud as `ply_file_path` in "
+        "transforms.json, or set gaussians.init_ply (docs/gaussians.md, \"Initialization\").",
+        scene.path(), n);
   const auto [lo, hi] = even_slice(n, r, size);
   std::vector<torch::Tensor> rows;
   for (const torch::Tensor* f : mine.fields()) rows.push_back(f->detach());

@@ -229,12 +229,19 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
                                    : fn_density({enc})[0];
   }
   // Compositing runs in float32 (under bf16/fp16 autocast the MLPs' outputs are half).
-  const auto sigmas =
+  auto sigmas =
       torch::exp(features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
   const auto sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   auto fn_color = [this](const std::vector<torch::Tensor>& in) { return color_mlp(in); };
-  const auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh}, checkpointing)[0]
-                                       : fn_color({features, sh})[0]).to(torch::kFloat32);
+  auto rgbs = (checkpoint_color_ ? checkpoint(fn_color, {features, sh}, checkpointing)[0]
+                                 : fn_color({features, sh})[0]).to(torch::kFloat32);
+  if (contract_ && options_.near_gradient_distance > 0 && differentiate) {
+    // Same values, gradients scaled by s: x * s + detach(x) * (1 - s).
+    const auto s = (march.ts / options_.near_gradient_distance).square().clamp_max(1.0f);
+    sigmas = sigmas * s + sigmas.detach() * (1.0f - s);
+    const auto s3 = s.unsqueeze(1);
+    rgbs = rgbs * s3 + rgbs.detach() * (1.0f - s3);
+  }
   lap(context, "mlp");
 
   const auto out = kernels::volume_render(sigmas, rgbs, march.deltas, march.ts, march.ray_offsets);
