@@ -1,9 +1,9 @@
 // LearningCheck (learning_check.h): a plateau test on the loss and the causes it names.
 #include "framework/learning_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <numeric>
 
 namespace tessera {

@@ -87,7 +87,7 @@ config_schema::SectionSpec nerf_config_section() {
           .doc("Ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube)."),
       nerf_key("distortion_weight", [](auto& n) -> auto& { return n.hash.distortion_weight; })
           .range(0.0, 1.0).only_for({kHash})
-          .doc("Weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface, which removes the fog and floaters a real capture otherwise grows (nerfacto: 0.002); 0 = off."),
+          .doc("Weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface (nerfacto: 0.002). Without a proposal sampler it also rewards a layer of density just in front of the camera, so configs/capture_nerf.toml leaves it off (docs/nerf.md, \"Distortion loss\"); 0 = off."),
       nerf_key("near_gradient_distance", [](auto& n) -> auto& { return n.hash.near_gradient_distance; })
           .range(0.0, 100.0).only_for({kHash})
           .doc("Scales the gradients of samples nearer to their camera than this distance by (t / distance)^2, leaving the render unchanged (\"Floaters No More\", Philip and Deschaintre 2023): without it, density just in front of each camera learns fastest and paints that view there, floaters that other views see as fog. In the frame of an unbounded scene, whose [-1, 1]^3 holds the foreground and the cameras, so 1 is about a camera's distance to the scene. Unbounded scenes (real captures) only. 0 = off."),

@@ -237,10 +237,12 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
                                  : fn_color({features, sh})[0]).to(torch::kFloat32);
   if (contract_ && options_.near_gradient_distance > 0 && differentiate) {
     // Same values, gradients scaled by s: x * s + detach(x) * (1 - s).
+    auto scale_gradient = [](const torch::Tensor& x, const torch::Tensor& s) {
+      return x * s + x.detach() * (1.0f - s);
+    };
     const auto s = (march.ts / options_.near_gradient_distance).square().clamp_max(1.0f);
-    sigmas = sigmas * s + sigmas.detach() * (1.0f - s);
-    const auto s3 = s.unsqueeze(1);
-    rgbs = rgbs * s3 + rgbs.detach() * (1.0f - s3);
+    sigmas = scale_gradient(sigmas, s);
+    rgbs = scale_gradient(rgbs, s.unsqueeze(1));
   }
   lap(context, "mlp");
 

@@ -44,11 +44,12 @@ struct NerfHashOptions {
   float distortion_weight = 0.0f;
   // "Floaters No More" (Philip and Deschaintre 2023): the gradients of each sample's density and
   // colour are scaled by min(1, (t / near_gradient_distance)^2), t its distance from the camera
-  // in the frame of an unbounded scene (cameras in [-1, 1]^3); the forward pass is unchanged. Near a camera a unit of volume is covered by ~1/t^2 more of that camera's rays,
-  // so unscaled it learns ~1/t^2 faster than the scene and the model paints each view on density
-  // just in front of its camera: floaters that other views see as fog. 0 = off. The default 1
-  // is about a camera's distance to the scene. Unbounded scenes only: bounded ones (synthetic,
-  // masked objects) have a near plane close to their content and no frame to measure t in.
+  // in the frame of an unbounded scene (cameras in [-1, 1]^3); the forward pass is unchanged.
+  // Near a camera a unit of volume is covered by ~1/t^2 more of that camera's rays, so unscaled
+  // it learns ~1/t^2 faster than the scene and the model paints each view on density just in
+  // front of its camera: floaters that other views see as fog. 0 = off. The default 1 is about
+  // a camera's distance to the scene. Unbounded scenes only: bounded ones (synthetic, masked
+  // objects) have a near plane close to their content and no frame to measure t in.
   float near_gradient_distance = 1.0f;
   // The occupancy threshold (grid.threshold, instant-ngp's NERF_MIN_OPTICAL_THICKNESS) applies to
   // sigma times instant-ngp's step, diagonal / 1024 (its NERF_STEPS), whatever step is marched:
