@@ -33,7 +33,9 @@ struct ModelConfig {
 // [train] — the run's step loop, for every family. How a family batches and optimizes (rays per
 // step, learning rates, ...) is in its own section.
 struct TrainConfig {
-  int64_t steps = 0;          // optimizer steps
+  int64_t steps = 0;          // optimizer steps (the plan the family's schedules are written for)
+  double epochs = 0.0;        // > 0: steps from passes over the training data (framework/budget.h)
+  double time_budget_minutes = 0.0;  // > 0: the run plans its steps to end within this
   std::string precision;      // fp32 | bf16 | fp16 (the last on CUDA)
   int64_t log_every = 0;      // steps between progress lines and metrics records
   int64_t max_skipped_steps = 0;  // consecutive non-finite steps that stop the run

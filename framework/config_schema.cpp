@@ -116,7 +116,13 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Model to train, by its family's name (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md), `gaussians` (3DGS, docs/gaussians.md) or `point-diffusion` (docs/diffusion.md). Its keys are in its family's section below; a key the model does not read is refused."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxSteps)
-          .doc("Optimizer steps."),
+          .doc("Optimizer steps; the step-valued schedule keys of the model's section (e.g. `gaussians.densify_until`) are written for this count and scale with the steps a budget chooses (train.epochs, train.time_budget_minutes; docs/training_loop.md, \"Budgets\")."),
+      key("train", "epochs", [](auto& c) -> auto& { return c.train.epochs; })
+          .defaults_to(0.0).range(0.0, 1e6)
+          .doc("When > 0, train.steps is replaced by this many passes over the training data: ceil(epochs x epoch / batch), with the epoch and the batch in the family's work units (nerf: the train views' pixels and nerf.rays_per_step; gaussians: the train views and gaussians.views_per_step; point-diffusion: the train shapes and diffusion.batch), so that a capture of 300 views trains longer than one of 50. The progress line says the plan. 0 = train.steps."),
+      key("train", "time_budget_minutes", [](auto& c) -> auto& { return c.train.time_budget_minutes; })
+          .defaults_to(0.0).range(0.0, 1e6)
+          .doc("Wall-clock budget of the run (a resumed run counts the time before its snapshot). From the step times it measures, the run plans the steps that fit, keeping time for the final eval and snapshot, at most the steps of train.steps or train.epochs; the schedules scale with the plan; a run that still runs out of time ends early with its final eval and snapshot. The step count then depends on the machine's speed: 0 (none) for runs that must be bitwise reproducible."),
       key("train", "precision", [](auto& c) -> auto& { return c.train.precision; })
           .defaults_to("fp32").one_of({"fp32", "bf16", "fp16"})
           .doc("Arithmetic of the forward: bf16 autocast (CUDA and CPU), or fp16 autocast with a dynamic loss scaler (CUDA only). Compositing, the 3DGS kernels and the 3DGS loss stay float32."),

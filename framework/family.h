@@ -14,6 +14,7 @@
 
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
+#include "framework/budget.h"
 #include "framework/config.h"
 #include "framework/config_schema.h"
 #include "framework/data/scene.h"
@@ -120,6 +121,20 @@ class ModelFamily {
   // into request.out_dir on rank 0; returns the summary line. A family that generates nothing
   // throws UserError (the default).
   virtual std::string write_samples(const SampleRequest& request);
+  // Budgets (framework/budget.h, docs/training_loop.md "Budgets"). One pass over the training
+  // data and one step's share of it, in work_unit() units ({0, 0}: no epochs, train.epochs is
+  // refused).
+  virtual EpochSize epoch_size() const { return {}; }
+  // The run now trains `steps` steps (train.epochs, or a time budget's plan): the family
+  // rescales whatever it scheduled over train.steps (learning-rate decay, densification, coarse
+  // to fine) from train.steps to `steps`. Same value on every rank; may come at any step.
+  virtual void set_total_steps(int64_t steps) {}
+  // The relative time of step `step` (1 = a full step) under the current schedule, for the
+  // budget's forecast: e.g. a 3DGS step at half resolution costs about 1/4.
+  virtual double step_cost(int64_t step) const { return 1.0; }
+  // The time of evaluate(views), in step_cost units (a forecast, for the time kept for the
+  // final eval before one was measured).
+  virtual double eval_cost(const std::vector<size_t>& views) const { return 0.0; }
   // The family's likely causes of a loss that does not improve, numbered from (4) on (the
   // TrainingRun's warning lists poses, bounds and background first; learning_check.h).
   virtual std::string not_learning_causes() const { return ""; }

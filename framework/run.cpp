@@ -13,6 +13,7 @@
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
+#include "framework/budget.h"
 #include "framework/learning_check.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
@@ -38,6 +39,8 @@ RunOptions run_options(const Config& config) {
   o.snapshot_keep = config.snapshot.keep;
   o.snapshot_parallel = config.snapshot.parallel;
   o.not_learning_steps = config.train.check_learning_after;
+  o.epochs = config.train.epochs;
+  o.time_budget_s = config.train.time_budget_minutes * 60.0;
   return o;
 }
 
@@ -61,6 +64,8 @@ void check_run_options(const RunOptions& options, torch::Device device) {
     throw UserError("train.precision = \"fp16\" needs a CUDA device; this run is on the CPU. "
                     "Use precision = \"bf16\" or \"fp32\".");
   if (options.steps < 0) throw UserError("train.steps must be >= 0");
+  if (!(options.epochs >= 0)) throw UserError("train.epochs must be >= 0");
+  if (!(options.time_budget_s >= 0)) throw UserError("train.time_budget_minutes must be >= 0");
   if (options.eval_split != "train" && options.eval_split != "val" && options.eval_split != "test")
     throw UserError("eval.split must be train, val or test (got \"" + options.eval_split + "\")");
 }
@@ -83,6 +88,18 @@ TrainingRun::TrainingRun(distributed::ProcessContext& context, distributed::Comm
     if (!probe) throw UserError("cannot open " + path + " for writing; check run.out_dir");
   }
   start_ = std::chrono::steady_clock::now();
+  budget_start_ = now();
+  schedule_steps_ = options_.steps;
+  plan_source_ = "train.steps";
+  if (options_.epochs > 0) {
+    const EpochSize epoch = family_.epoch_size();
+    set_steps(steps_for_epochs(options_.epochs, epoch, family_.model_name()));
+    char text[160];
+    std::snprintf(text, sizeof(text), "train.epochs = %g epochs of %.4g %s, %.4g per step",
+                  options_.epochs, epoch.work, family_.work_unit().c_str(), epoch.work_per_step);
+    plan_source_ = text;
+  }
+  step_cap_ = options_.steps;
 }
 
 TrainingRun::~TrainingRun() = default;
@@ -129,12 +146,8 @@ StepRecord TrainingRun::train_step(int64_t step) {
 }
 
 EvalScores TrainingRun::evaluate(int64_t step, bool write) {
-  const data::Split split = options_.eval_split == "train" ? data::Split::Train
-                            : options_.eval_split == "val" ? data::Split::Val
-                                                           : data::Split::Test;
-  std::vector<size_t> views = dataset_.indices(split);
-  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
-    views.resize(options_.eval_max_views);
+  const double eval_start = now();
+  const auto [views, train] = eval_view_lists();
   ImageSink sink;
   if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {
     sink = [&](size_t view, const torch::Tensor& image) {
@@ -147,15 +160,12 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
   }
   EvalScores scores = family_.evaluate(step, views, sink);
   const double psnr = scores.value("psnr");
-  if (split == data::Split::Train || options_.eval_train_views <= 0 || !std::isfinite(psnr))
+  if (train.empty() || !std::isfinite(psnr)) {
+    last_eval_s_ = now() - eval_start;
     return scores;
-  // How well the model fits what it trains on, beside how well it renders new views.
-  // As many as the eval views at most, so that the gap costs at most the eval's own time again.
-  const std::vector<size_t> train = spread_views(
-      dataset_.indices(data::Split::Train),
-      std::min(options_.eval_train_views, static_cast<int64_t>(views.size())));
-  if (train.empty()) return scores;
+  }
   const double train_psnr = family_.evaluate(step, train, {}).value("psnr");
+  last_eval_s_ = now() - eval_start;
   scores.metrics.emplace_back("train_psnr", train_psnr);
   scores.metrics.emplace_back("psnr_gap", train_psnr - psnr);
   if (overfit_warned_) return scores;  // once per run: the causes do not change between evals
@@ -175,21 +185,44 @@ std::string TrainingRun::save_snapshot() {
   meta.dataset_fingerprint = dataset_.fingerprint();
   SnapshotWriterOptions wo;
   wo.parallel = options_.snapshot_parallel;
-  return write_run_snapshot(comm_, options_.out_dir, steps_done_, options_.snapshot_keep,
-                            [&](const std::string& path) {
+  const double snapshot_start = now();
+  const double elapsed = budget_elapsed();
+  std::string written = write_run_snapshot(comm_, options_.out_dir, steps_done_,
+                                           options_.snapshot_keep, [&](const std::string& path) {
     SnapshotWriter writer(context_, path, meta, wo);
     family_.save_state(writer);
     writer.write_replicated(snapshot_state("loss_scaler"),
                             torch::tensor(scaler_->state(), torch::kFloat64));
     writer.write_replicated(snapshot_state("consecutive_skips"),
                             torch::tensor(consecutive_skips_, torch::kInt64));
+    // The plan (train.epochs, a time budget's) and the time spent, for a resumed budget.
+    writer.write_replicated(snapshot_state("planned_steps"),
+                            torch::tensor(options_.steps, torch::kInt64));
+    writer.write_replicated(snapshot_state("schedule_steps"),
+                            torch::tensor(schedule_steps_, torch::kInt64));
+    writer.write_replicated(snapshot_state("budget_elapsed_s"),
+                            torch::tensor(elapsed, torch::kFloat64));
     writer.commit();
   });
+  last_snapshot_s_ = now() - snapshot_start;
+  return written;
 }
 
 void TrainingRun::load_snapshot(const std::string& path) {
   const SnapshotReader reader(path);
   const SnapshotMeta& meta = reader.meta();
+  // A time budget's plan continues where it was, with the time already spent; without a budget
+  // the config's train.steps or train.epochs decide (e.g. raised to train on).
+  if (options_.time_budget_s > 0 && reader.has(snapshot_state("planned_steps"))) {
+    const int64_t planned = reader.read(snapshot_state("planned_steps")).item<int64_t>();
+    const int64_t scheduled = reader.read(snapshot_state("schedule_steps")).item<int64_t>();
+    if (planned >= meta.step && planned <= step_cap_ && scheduled >= 1 && scheduled <= step_cap_) {
+      set_steps(scheduled);
+      options_.steps = planned;  // below the schedules' count when the budget ended the run
+      plan_source_ = "the time budget's plan, resumed from step " + std::to_string(meta.step);
+    }
+    elapsed_before_ = reader.read(snapshot_state("budget_elapsed_s")).item<double>();
+  }
   check_snapshot_matches_run(path, meta, family_.model_name(), dataset_.fingerprint(),
                              options_.steps);
   family_.load_state(reader);

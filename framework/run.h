@@ -8,8 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "distributed/communicator.h"
 #include "distributed/process_context.h"
@@ -49,10 +52,17 @@ struct RunOptions {
   // A run whose loss has not improved after this many steps gets a warning naming the likely
   // causes (framework/learning_check.h; 0 = never).
   int64_t not_learning_steps = 300;
+  // Budgets (framework/budget.h): > 0 replaces `steps` by this many passes over the training
+  // data (ModelFamily::epoch_size), and plans the steps to end within this many seconds.
+  double epochs = 0.0;
+  double time_budget_s = 0.0;
+  // Seconds on a monotonic clock, for the time budget; empty = std::chrono::steady_clock.
+  // Tests give a clock of their own, so that a plan does not depend on the machine's speed.
+  std::function<double()> clock;
 };
 
-// The RunOptions of a resolved config: [train] steps, precision, log_every, max_skipped_steps,
-// check_learning_after; [eval]; [snapshot]; run.seed and run.out_dir;
+// The RunOptions of a resolved config: [train] steps, epochs, time_budget_minutes, precision,
+// log_every, max_skipped_steps, check_learning_after; [eval]; [snapshot]; run.seed, run.out_dir;
 // distributed.check_agreement.
 RunOptions run_options(const Config& config);
 // The [sampling] schedule of a resolved config (what it samples is the family's: rays per epoch
@@ -88,6 +98,9 @@ class TrainingRun {
   // Trains steps [next_step(), options.steps) (or to stop_after), evaluating, logging and
   // snapshotting as configured; writes the family's outputs when finished. Collective.
   TrainSummary run();
+  // The steps the run trains now: options.steps, or what train.epochs and the time budget
+  // planned (the progress line's total).
+  int64_t planned_steps() const { return options_.steps; }
   // One optimizer step (collective): the family's forward and backward, the non-finite count
   // agreed across ranks (max), the loss scaler's update, then the family's update or skip.
   StepRecord train_step(int64_t step);
@@ -115,6 +128,31 @@ class TrainingRun {
   void log_step(const StepRecord& record, const PhaseTimes& phases, const EvalScores* eval,
                 double work_per_s, double steps_per_s);
   void write_summary(const TrainSummary& summary, const std::string& outputs);
+  // Budgets (run_budget.cpp). The eval views and the train views scored beside them.
+  std::pair<std::vector<size_t>, std::vector<size_t>> eval_view_lists() const;
+  double now() const;
+  // Seconds since the run started, counting a resumed run's time before its snapshot.
+  double budget_elapsed() const { return now() - budget_start_; }
+  // The plan's first line.
+  std::string plan_text() const;
+  // When run() starts at step `first`: the budget's clock and first plan point; logs the plan
+  // (rank 0 prints it).
+  void start_budget(int64_t first);
+  // After step `step` took `step_s` seconds on this rank: with a time budget, the step times
+  // measured, replan() and out_of_time() (which ends the run after this step by lowering
+  // options_.steps to it). Collective.
+  void budget_step(int64_t step, double step_s);
+  // The time kept for the final eval and snapshot: the measured ones (< 0: none yet, then the
+  // eval's forecast from ModelFamily::eval_cost).
+  double budget_reserve(double eval_s, double snapshot_s) const;
+  // After step `done` with a time budget: every kReplanEvery steps, the steps that fit the
+  // budget from the step times since the last plan (collective; all ranks adopt the same).
+  void replan(int64_t done);
+  // After step `done` with a time budget: whether the ranks agree that the next step would
+  // overrun it (collective); if so the run ends at `done`.
+  bool out_of_time(int64_t done);
+  // The run trains `steps` steps, the family's schedules rescaled to them.
+  void set_steps(int64_t steps);
 
   distributed::ProcessContext& context_;
   distributed::Communicator& comm_;
@@ -128,6 +166,20 @@ class TrainingRun {
   int64_t steps_done_ = 0;
   int64_t consecutive_skips_ = 0;
   bool overfit_warned_ = false;  // the train-eval gap warning is given once per run
+  // Budgets: the most steps (train.steps or the epochs' count); how it was chosen; the clock
+  // reading the run's elapsed time counts from; the step times since the last plan (seconds and
+  // ModelFamily::step_cost units); the latest seconds per cost unit; the last eval's and
+  // snapshot's seconds (< 0: none yet); the step of the next plan.
+  int64_t step_cap_ = 0;
+  int64_t schedule_steps_ = 0;  // what the family's schedules were last set to (set_total_steps)
+  std::string plan_source_;
+  double budget_start_ = 0.0;
+  double elapsed_before_ = 0.0;
+  double window_s_ = 0.0, window_cost_ = 0.0;
+  double seconds_per_cost_ = 0.0;
+  double last_step_s_ = 0.0;  // this rank's, for the guard: a step may be slower than planned
+  double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;
+  int64_t next_replan_ = 0;
 };
 
 }  // namespace tessera

@@ -62,11 +62,12 @@ TrainSummary TrainingRun::run() {
   const bool snapshots = !options_.out_dir.empty();
   const int64_t first = steps_done_;
   first_step_ = first;
-  const int64_t until = options_.stop_after >= 0 ? std::min(options_.stop_after, options_.steps)
-                                                 : options_.steps;
+  int64_t until = options_.stop_after >= 0 ? std::min(options_.stop_after, options_.steps)
+                                           : options_.steps;
   int64_t snapshot_step = -1;
   bool stopped_by_signal = false;
   family_.on_start(first);
+  start_budget(first);
   LearningCheck learning(options_.not_learning_steps, family_.not_learning_causes());
   // A signal that arrived during start-up or resume (`tessera train` catches them from before
   // MPI starts): stop before the first step, with the snapshot of this step (a resumed run's is
@@ -77,7 +78,12 @@ TrainSummary TrainingRun::run() {
     report_stopped_by_signal(comm_.rank(), first, summary.last_snapshot, family_.stopped_hint());
   }
   for (int64_t step = first; step < until && !stopped_by_signal; ++step) {
+    const double step_start = now();
     last = train_step(step);
+    // A time budget may plan fewer (or, up to its cap, more) steps, or end the run here.
+    budget_step(step, now() - step_start);
+    until = options_.stop_after >= 0 ? std::min(options_.stop_after, options_.steps)
+                                     : options_.steps;
     for (const auto& [phase, seconds] : last.phases) add_phase(window_phases, phase, seconds);
     ++window_steps;
     window_work += last.work;
@@ -161,6 +167,7 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
   if (metrics_.is_open()) {
     nlohmann::json j;
     j["step"] = done;
+    j["planned_steps"] = options_.steps;
     j["loss"] = r.loss;
     for (const auto& [key, value] : r.fields.items()) j[key] = value;
     j["loss_scale"] = r.loss_scale;
@@ -217,6 +224,7 @@ void TrainingRun::write_summary(const TrainSummary& s, const std::string& output
     nlohmann::json j;
     j["summary"] = true;
     j["steps"] = s.steps;
+    j["planned_steps"] = options_.steps;
     j["finished"] = s.finished;
     j["stopped_by_signal"] = s.stopped_by_signal;
     j["last_snapshot"] = s.last_snapshot;

@@ -4,6 +4,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,35 @@ Trainer::Trainer(distributed::ProcessContext& context, distributed::Communicator
 }
 
 Trainer::~Trainer() = default;
+
+namespace {
+
+double pixels(const data::SceneReader& scene, const std::vector<size_t>& views) {
+  double sum = 0.0;
+  for (size_t v : views)
+    sum += static_cast<double>(scene.cameras()[v].width) * scene.cameras()[v].height;
+  return sum;
+}
+
+}  // namespace
+
+EpochSize Trainer::epoch_size() const {
+  return {pixels(scene_, scene_.indices(data::Split::Train)),
+          static_cast<double>(options_.rays_per_step)};
+}
+
+void Trainer::set_total_steps(int64_t steps) {
+  options_.steps = steps;
+  options_.lr.total_steps = std::max<int64_t>(1, steps);
+  options_.lr.warmup_steps = std::min(options_.lr.warmup_steps, options_.lr.total_steps);
+  lr_ = LrSchedule(options_.lr);
+  options_.sampling.total_steps = std::max<int64_t>(1, steps);
+  sampling_ = SamplingSchedule(options_.sampling);
+}
+
+double Trainer::eval_cost(const std::vector<size_t>& views) const {
+  return pixels(scene_, views) / static_cast<double>(options_.rays_per_step) / 3.0;
+}
 
 TrainingRun& Trainer::run_driver() {
   if (!run_) run_ = std::make_unique<TrainingRun>(context_, comm_, *this, scene_, options_);

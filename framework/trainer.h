@@ -90,6 +90,12 @@ class Trainer : public ModelFamily {
   void load_state(const SnapshotReader& reader) override;
   std::string not_learning_causes() const override;
   std::string overfitting_causes() const override;
+  // An epoch: the train views' pixels, nerf.rays_per_step at a time. set_total_steps rescales
+  // the learning-rate and sampling schedules; eval_cost: a render's rays at a third of a
+  // training ray's time (no backward).
+  EpochSize epoch_size() const override;
+  void set_total_steps(int64_t steps) override;
+  double eval_cost(const std::vector<size_t>& views) const override;
 
   // ---- The run over this family (framework/run.h), built on first use.
   TrainingRun& run_driver();

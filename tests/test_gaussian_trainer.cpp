@@ -515,6 +515,42 @@ TEST_F(GaussianTrainerTest, CoarseToFineAndSamplingEqualOneRank) {
   EXPECT_LE(worst_param_diff(trainer, reference), kTolerance);
 }
 
+// A budget's plan (framework/budget.h) rescales the schedules written for `steps` and keeps
+// the periods; each plan scales the constructed values, not the last plan's. step_cost follows
+// the resolution: a quarter of the pixels at half resolution.
+TEST_F(GaussianTrainerTest, APlanRescalesTheSchedulesAndStepCostFollowsTheResolution) {
+  gs::GaussianTrainerOptions o = options();
+  o.steps = 100;
+  o.num_downscales = 2;
+  o.resolution_schedule = 20;
+  o.sh_degree_interval = 30;
+  o.rates.means_decay_steps = 100;
+  o.densify.densify_from = 10;
+  o.densify.densify_until = 50;
+  o.densify.densify_every = 7;
+  o.densify.opacity_reset_every = 40;
+  o.sampling.total_steps = 100;
+  gs::GaussianTrainer trainer(world(), *scene_, o);
+  EXPECT_DOUBLE_EQ(trainer.step_cost(0), 2.0 / 16.0);  // 2 views a step at 1/4 the size
+  EXPECT_DOUBLE_EQ(trainer.step_cost(20), 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(trainer.step_cost(40), 2.0);
+  for (const auto& [steps, factor] : {std::pair<int64_t, double>{250, 2.5}, {50, 0.5}}) {
+    trainer.set_total_steps(steps);
+    const gs::GaussianTrainerOptions& p = trainer.options();
+    EXPECT_EQ(p.steps, steps);
+    EXPECT_EQ(p.resolution_schedule, std::llround(20 * factor));
+    EXPECT_EQ(p.sh_degree_interval, std::llround(30 * factor));
+    EXPECT_EQ(p.rates.means_decay_steps, std::llround(100 * factor));
+    EXPECT_EQ(p.densify.densify_from, std::llround(10 * factor));
+    EXPECT_EQ(p.densify.densify_until, std::llround(50 * factor));
+    EXPECT_EQ(p.sampling.total_steps, steps);
+    EXPECT_EQ(p.densify.densify_every, 7);  // periods stay
+    EXPECT_EQ(p.densify.opacity_reset_every, 40);
+    EXPECT_DOUBLE_EQ(trainer.step_cost(p.resolution_schedule - 1), 2.0 / 16.0);
+    EXPECT_DOUBLE_EQ(trainer.step_cost(p.resolution_schedule), 2.0 / 4.0);
+  }
+}
+
 // Views processed one per pass against a memory budget: the same gradients as one pass (they
 // add up), the same training, a lower peak, and estimate_view_bytes above what a view
 // measurably holds (the budget is kept) but not wildly so.

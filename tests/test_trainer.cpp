@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,6 +19,7 @@
 #include "distributed/communicator.h"
 #include "distributed/errors.h"
 #include "distributed/mpi_communicator.h"
+#include "framework/budget.h"
 #include "framework/data/scene.h"
 #include "framework/snapshot.h"
 #include "framework/trainer.h"
@@ -455,6 +457,119 @@ TEST_F(TrainerTest, ResumeAtAnotherWorldSize) {
   t.load_snapshot(snapshot);
   for (int64_t step = t.next_step(); step < 6; ++step) t.train_step(step);
   EXPECT_EQ(count_wrong(resumed.concat(), straight.concat(), 1e-6), 0);
+}
+
+// ---- Budgets (framework/budget.h): train.epochs and the time budget on a clock of the test's
+
+// train.epochs replaces train.steps by passes over the train pixels, and the learning-rate
+// schedule ends at the planned step.
+TEST_F(TrainerTest, EpochsSetTheStepsAndTheSchedules) {
+  TrainerOptions o = options();
+  o.steps = 1000;
+  o.epochs = 2.6;
+  o.lr.name = "exponential";
+  o.lr.total_steps = 1000;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  // 3 train views of 16x12 pixels, 48 rays a step: ceil(2.6 * 576 / 48) = ceil(31.2).
+  EXPECT_EQ(trainer.run_driver().planned_steps(), 32);
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.steps, 32);
+  EXPECT_EQ(trainer.options().lr.total_steps, 32);
+  EXPECT_EQ(trainer.options().sampling.total_steps, 32);
+}
+
+// A clock the test moves: each step takes `step_s(step)` seconds of it, the rest no time.
+struct TestClock {
+  double now = 0.0;
+  std::function<double(int64_t)> step_s = [](int64_t) { return 1.0; };
+};
+
+TrainerOptions budget_options(TrainerOptions o, TestClock& clock) {
+  o.steps = 1000;  // the cap: far more than 100 s of 1 s steps
+  o.time_budget_s = 100.0;
+  o.lr.name = "exponential";
+  o.lr.total_steps = 1000;
+  o.eval_max_views = 1;
+  o.eval_train_views = 0;
+  o.clock = [&clock] { return clock.now; };
+  return o;
+}
+
+void tick_per_step(Trainer& trainer, TestClock& clock) {
+  trainer.loss_hook = [&clock](int64_t step, int64_t, torch::Tensor&) {
+    clock.now += clock.step_s(step);
+  };
+}
+
+// The steps that fit: planned after 10 steps from 1 s per step, keeping the forecast of the
+// final eval and the budget's margin; the schedules end there.
+TEST_F(TrainerTest, TimeBudgetPlansTheStepsThatFit) {
+  TestClock clock;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, budget_options(options(), clock));
+  tick_per_step(trainer, clock);
+  const double eval_s = trainer.eval_cost({3});  // 1 s per cost unit
+  const int64_t expected =
+      10 + static_cast<int64_t>(std::floor((1.0 - kBudgetMargin) * 100.0 - 10.0 - eval_s));
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.steps, expected);
+  EXPECT_EQ(trainer.options().lr.total_steps, expected);
+  EXPECT_LE(clock.now, 100.0);
+}
+
+// Steps that become 10x slower than planned: the last guard ends the run before the step that
+// would pass the budget, as finished (its final eval and snapshot written).
+TEST_F(TrainerTest, TimeBudgetEndsARunWhoseStepsSlowDown) {
+  TestClock clock;
+  clock.step_s = [](int64_t step) { return step < 40 ? 1.0 : 10.0; };
+  TrainerOptions o = budget_options(options(), clock);
+  o.out_dir = dir_ + "/budget-slow";
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  tick_per_step(trainer, clock);
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  // 40 steps of 1 s and 5 of 10 s: 90 s; a sixth slow step would end at 100 s, past the
+  // budget once the eval is kept.
+  EXPECT_EQ(s.steps, 45);
+  EXPECT_LE(clock.now, 100.0);
+  EXPECT_EQ(s.last_snapshot, snapshot_path(o.out_dir + "/snapshots", 45));
+}
+
+// A resumed run keeps the plan and counts the time before its snapshot.
+TEST_F(TrainerTest, TimeBudgetResumesWithItsPlanAndItsTime) {
+  TestClock first_clock;
+  TrainerOptions o = budget_options(options(), first_clock);
+  o.out_dir = dir_ + "/budget-resume";
+  o.stop_after = 30;
+  std::string snapshot;
+  int64_t planned = 0;
+  {
+    DirectionMlp model;
+    Trainer trainer(*test::g_context, world(), model, *scene_, o);
+    tick_per_step(trainer, first_clock);
+    snapshot = trainer.run().last_snapshot;
+    planned = trainer.run_driver().planned_steps();
+  }
+  ASSERT_EQ(snapshot, snapshot_path(o.out_dir + "/snapshots", 30));
+  ASSERT_LT(planned, 100);
+  TestClock clock;  // a new process's clock: starts again at 0
+  clock.now = 0.0;
+  TrainerOptions resumed_options = budget_options(options(), clock);
+  resumed_options.out_dir = o.out_dir;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, resumed_options);
+  tick_per_step(trainer, clock);
+  trainer.load_snapshot(snapshot);
+  EXPECT_EQ(trainer.run_driver().planned_steps(), planned);
+  EXPECT_EQ(trainer.options().lr.total_steps, planned);
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  EXPECT_EQ(s.steps, planned);
+  EXPECT_LE(30.0 + clock.now, 100.0);  // the first run's 30 s count
 }
 
 class RenamedMlp : public DirectionMlp {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/budget.h"
 #include "framework/fused_adam.h"
 #include "framework/learning_check.h"
 #include "framework/loss_scaler.h"
@@ -540,6 +541,46 @@ TEST(LearningCheck, SilentWhenLearningDisabledOrAfterAResume) {
   ASSERT_TRUE(w.has_value());
   EXPECT_NE(w->find("diffusion.lr"), std::string::npos) << *w;
   EXPECT_EQ(w->find("poses"), std::string::npos) << *w;
+}
+
+// ---- Budgets (framework/budget.h) ------------------------------------------------------------
+
+TEST(Budget, EpochsAreCeiledPassesOverTheTrainingData) {
+  using tessera::EpochSize;
+  using tessera::steps_for_epochs;
+  EXPECT_EQ(steps_for_epochs(1.0, EpochSize{4096.0, 1024.0}, "m"), 4);
+  EXPECT_EQ(steps_for_epochs(1.1, EpochSize{4096.0, 1024.0}, "m"), 5);
+  EXPECT_EQ(steps_for_epochs(30.0, EpochSize{70.0, 1.0}, "m"), 2100);   // 3DGS: views
+  EXPECT_EQ(steps_for_epochs(1e-6, EpochSize{70.0, 1.0}, "m"), 1);      // at least one step
+  EXPECT_THROW(steps_for_epochs(2.0, EpochSize{}, "m"), tessera::UserError);  // no epochs
+  EXPECT_THROW(steps_for_epochs(2.0, EpochSize{0.0, 16.0}, "m"), tessera::UserError);
+}
+
+TEST(Budget, PlansTheStepsThatEndWithinTheBudgetAndItsReserve) {
+  tessera::BudgetState s;
+  s.budget_s = 1000.0;
+  s.elapsed_s = 100.0;
+  s.done = 50;
+  s.seconds_per_cost = 2.0;
+  s.mean_cost = 0.5;  // 1 s a step
+  s.reserve_s = 40.0;
+  s.cap = 100000;
+  const double left = (1.0 - tessera::kBudgetMargin) * 1000.0 - 100.0 - 40.0;
+  EXPECT_EQ(tessera::steps_within_budget(s), 50 + static_cast<int64_t>(std::floor(left)));
+  s.cap = 300;  // within the cap
+  EXPECT_EQ(tessera::steps_within_budget(s), 300);
+  s.cap = 100000;
+  s.elapsed_s = 990.0;  // already out of time: the step it is at, no more
+  EXPECT_EQ(tessera::steps_within_budget(s), 51);
+  s.elapsed_s = 100.0;
+  s.seconds_per_cost = 0.0;  // nothing measured yet: the cap
+  EXPECT_EQ(tessera::steps_within_budget(s), 100000);
+}
+
+TEST(Budget, ExhaustedWhenTheNextStepAndTheReserveDoNotFit) {
+  EXPECT_FALSE(tessera::budget_exhausted(100.0, 80.0, 5.0, 10.0));
+  EXPECT_TRUE(tessera::budget_exhausted(100.0, 80.0, 5.0, 15.1));
+  EXPECT_TRUE(tessera::budget_exhausted(100.0, 96.0, 5.0, 0.0));
 }
 
 // ---- Train-eval gap (TrainingRun::evaluate) ---------------------------------------------------

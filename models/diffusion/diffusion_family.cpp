@@ -140,6 +140,12 @@ int64_t DiffusionFamily::measure_activation_bytes(const std::string& precision) 
                          precision, device_);
 }
 
+void DiffusionFamily::set_total_steps(int64_t steps) {
+  LrScheduleOptions lr = lr_options(options_, std::max<int64_t>(1, steps));
+  lr.warmup_steps = std::min(lr.warmup_steps, lr.total_steps);  // a plan shorter than warm-up
+  lr_ = LrSchedule{lr};
+}
+
 void DiffusionFamily::on_start(int64_t first_step) {
   spdlog::info("point-diffusion: {} parameters (width {}, depth {}, heads {}), {} tokens, "
                "batch {} shapes over {} rank(s), {} train shapes, from step {}",

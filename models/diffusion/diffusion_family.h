@@ -52,6 +52,16 @@ class DiffusionFamily : public ModelFamily {
   // rgb), each file whole or not at all.
   std::string write_samples(const SampleRequest& request) override;
   std::string not_learning_causes() const override;
+  // An epoch: the train shapes, diffusion.batch at a time; the learning-rate schedule scales
+  // with the plan; an eval costs kEvalLevels forward passes of its shapes (a third of a
+  // training pass each).
+  EpochSize epoch_size() const override {
+    return {static_cast<double>(train_.size()), static_cast<double>(options_.batch)};
+  }
+  void set_total_steps(int64_t steps) override;
+  double eval_cost(const std::vector<size_t>& items) const override {
+    return static_cast<double>(items.size()) * kEvalLevels / static_cast<double>(options_.batch) / 3.0;
+  }
 
   const PointDenoiser& model() const { return *model_; }
   // The shapes of step `step`'s global batch (dataset indices), the same on every rank.

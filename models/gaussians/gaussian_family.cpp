@@ -22,6 +22,11 @@ GaussianFamily::GaussianFamily(const FamilyContext& c)
 
 std::string GaussianFamily::model_name() const { return GaussianTrainer::kSnapshotModel; }
 
+EpochSize GaussianFamily::epoch_size() const {
+  return {static_cast<double>(trainer_.train_view_count()),
+          static_cast<double>(trainer_.options().views_per_step)};
+}
+
 void GaussianFamily::on_start(int64_t first_step) {
   const int64_t count = trainer_.global_count();
   if (first_step == 0) {

@@ -40,6 +40,15 @@ class GaussianFamily : public ModelFamily {
     return " (`tessera export SNAPSHOT --ply OUT.ply` writes its Gaussians)";
   }
   nlohmann::json summary_fields() override;
+  // An epoch: the train views, gaussians.views_per_step at a time; the schedules scale with
+  // the plan (GaussianTrainer::set_total_steps); a step costs its pixels, an eval view a third
+  // of a full-resolution training view (no backward).
+  EpochSize epoch_size() const override;
+  void set_total_steps(int64_t steps) override { trainer_.set_total_steps(steps); }
+  double step_cost(int64_t step) const override { return trainer_.step_cost(step); }
+  double eval_cost(const std::vector<size_t>& views) const override {
+    return static_cast<double>(views.size()) / 3.0;
+  }
 
   GaussianTrainer& trainer() { return trainer_; }
 

@@ -38,7 +38,8 @@ torch::optim::AdamParamState* adam_state(torch::optim::Adam& optimizer, const to
 
 GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::SceneReader& scene,
                                  const GaussianTrainerOptions& options)
-    : comm_(comm), scene_(scene), options_(options), sampling_(view_sampling(options)) {
+    : comm_(comm), scene_(scene), options_(options), planned_(options),
+      sampling_(view_sampling(options)) {
   if (options_.views_per_step < 1)
     throw std::invalid_argument("GaussianTrainer: views_per_step must be >= 1");
   if (options_.views_per_pass < 0)
@@ -205,6 +206,28 @@ double GaussianTrainer::resolution_scale_at(int64_t t) const {
   const int64_t halvings = std::max<int64_t>(
       0, options_.num_downscales - std::max<int64_t>(0, t) / options_.resolution_schedule);
   return options_.resolution_scale * static_cast<double>(int64_t{1} << halvings);
+}
+
+void GaussianTrainer::set_total_steps(int64_t steps) {
+  const GaussianTrainerOptions& p = planned_;
+  const double ratio = static_cast<double>(steps) / static_cast<double>(std::max<int64_t>(1, p.steps));
+  // A step count of the plan at the new length; 0 (off) stays 0, a positive one stays >= 1.
+  const auto scaled = [ratio](int64_t v) -> int64_t {
+    return v <= 0 ? v : std::max<int64_t>(1, std::llround(static_cast<double>(v) * ratio));
+  };
+  options_.steps = steps;
+  options_.densify.densify_from = scaled(p.densify.densify_from);
+  options_.densify.densify_until = scaled(p.densify.densify_until);
+  options_.resolution_schedule = scaled(p.resolution_schedule);
+  options_.sh_degree_interval = static_cast<int>(scaled(p.sh_degree_interval));
+  options_.rates.means_decay_steps = scaled(p.rates.means_decay_steps);
+  options_.sampling.total_steps = scaled(view_sampling(p).total_steps);
+  sampling_ = SamplingSchedule(options_.sampling);
+}
+
+double GaussianTrainer::step_cost(int64_t t) const {
+  const double downscale = resolution_scale_at(t) / options_.resolution_scale;
+  return static_cast<double>(options_.views_per_step) / (downscale * downscale);
 }
 
 int64_t GaussianTrainer::estimate_view_bytes(int64_t local_gaussians, int64_t pixels) {

@@ -128,6 +128,14 @@ class GaussianTrainer {
   int sh_degree_at(int64_t t) const;          // active SH degree of step t
   double sampling_rate_at(int64_t t) const;   // the rate of the epoch that step t belongs to
   double resolution_scale_at(int64_t t) const;  // the downscale step t trains at
+  // The run now trains `steps` steps (a budget's plan, framework/budget.h): the schedules
+  // written for options().steps at construction (densify_from/until, resolution_schedule,
+  // sh_degree_interval, lr_means_decay_steps, the sampling schedule) scale by steps / that
+  // count; the periods (densify_every, opacity_reset_every, rebalance_every) stay. Collective
+  // in that every rank must call it with the same value at the same step.
+  void set_total_steps(int64_t steps);
+  // Step t's relative time: its views' pixels at its resolution over one view's full pixels.
+  double step_cost(int64_t t) const;
   // Views per pass for step t's batch `views` (collective: views_per_pass when set, else the
   // minimum over ranks of what each rank's memory budget allows by estimate_view_bytes for the
   // largest view of the batch, at least 1; the whole batch without a budget).
@@ -209,6 +217,7 @@ class GaussianTrainer {
   MemoryStats memory() const;  // this rank's memory (peak since start / last reset_peak)
   torch::optim::Adam& optimizer() { return *optimizer_; }
   const GaussianTrainerOptions& options() const { return options_; }
+  int64_t train_view_count() const { return static_cast<int64_t>(train_views_.size()); }
 
  private:
   // What step() needs from forward() per view: the owner's projection outputs.
@@ -235,6 +244,7 @@ class GaussianTrainer {
   distributed::Communicator& comm_;
   const data::SceneReader& scene_;
   GaussianTrainerOptions options_;
+  GaussianTrainerOptions planned_;  // the options as constructed: set_total_steps scales these
   GaussianParams params_;
   torch::Tensor ids_;  // [n] int64
   std::unique_ptr<torch::optim::Adam> optimizer_;

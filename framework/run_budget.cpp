@@ -1,0 +1,158 @@
+// TrainingRun's budgets (framework/budget.h, docs/training_loop.md "Budgets"): the plan from
+// train.epochs, the time budget's plans from measured step times, and its last guard.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "distributed/errors.h"
+#include "framework/budget.h"
+#include "framework/learning_check.h"
+#include "framework/log.h"
+#include "framework/run.h"
+
+namespace tessera {
+
+namespace {
+
+// Steps between two plans of a time budget, after the first at kFirstPlan steps.
+constexpr int64_t kFirstPlan = 10;
+constexpr int64_t kReplanEvery = 50;
+
+}  // namespace
+
+std::pair<std::vector<size_t>, std::vector<size_t>> TrainingRun::eval_view_lists() const {
+  const data::Split split = options_.eval_split == "train" ? data::Split::Train
+                            : options_.eval_split == "val" ? data::Split::Val
+                                                           : data::Split::Test;
+  std::vector<size_t> views = dataset_.indices(split);
+  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
+    views.resize(options_.eval_max_views);
+  // How well the model fits what it trains on, beside how well it renders new views (scored
+  // for families that report PSNR). As many as the eval views at most, so that the gap costs
+  // at most the eval's own time again.
+  std::vector<size_t> train;
+  if (split != data::Split::Train && options_.eval_train_views > 0)
+    train = spread_views(dataset_.indices(data::Split::Train),
+                         std::min(options_.eval_train_views, static_cast<int64_t>(views.size())));
+  return {views, train};
+}
+
+double TrainingRun::now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void TrainingRun::set_steps(int64_t steps) {
+  options_.steps = steps;
+  if (steps == schedule_steps_) return;
+  schedule_steps_ = steps;
+  family_.set_total_steps(steps);
+}
+
+std::string TrainingRun::plan_text() const {
+  std::string text = "plan: " + std::to_string(options_.steps) + " steps (" + plan_source_ + ")";
+  if (options_.time_budget_s > 0)
+    text += ", within a time budget of " + log::format_duration(options_.time_budget_s) +
+            " (planned again from the step times after step " + std::to_string(next_replan_) +
+            ")";
+  return text;
+}
+
+double TrainingRun::budget_reserve(double eval_s, double snapshot_s) const {
+  if (eval_s < 0) {
+    const auto [views, train] = eval_view_lists();
+    eval_s = (family_.eval_cost(views) + family_.eval_cost(train)) * seconds_per_cost_;
+  }
+  return std::max(0.0, eval_s) + std::max(0.0, snapshot_s);
+}
+
+void TrainingRun::start_budget(int64_t first) {
+  budget_start_ = now() - elapsed_before_;
+  next_replan_ = first + kFirstPlan;
+  window_s_ = 0.0;
+  window_cost_ = 0.0;
+  const std::string text = plan_text();
+  spdlog::info("{}", text);
+  if (comm_.rank() == 0 && options_.progress) std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+void TrainingRun::budget_step(int64_t step, double step_s) {
+  if (!(options_.time_budget_s > 0)) return;
+  last_step_s_ = step_s;
+  if (step > first_step_) {  // the run's first step warms up (allocations, caches): not timed
+    window_s_ += step_s;
+    window_cost_ += family_.step_cost(step);
+  }
+  replan(step + 1);
+  out_of_time(step + 1);
+}
+
+void TrainingRun::replan(int64_t done) {
+  if (done < next_replan_ || window_cost_ <= 0) return;
+  // The slowest rank's times (steps, elapsed, eval, snapshot): the same plan on every rank.
+  torch::Tensor measured =
+      torch::tensor({window_s_, budget_elapsed(), last_eval_s_, last_snapshot_s_},
+                    torch::TensorOptions().dtype(torch::kFloat64));
+  if (comm_.device().is_cuda()) measured = measured.to(comm_.device());
+  comm_.allreduce(measured, distributed::ReduceOp::Max);
+  measured = measured.cpu();
+  seconds_per_cost_ = measured[0].item<double>() / window_cost_;
+  const double elapsed = measured[1].item<double>();
+  window_s_ = 0.0;
+  window_cost_ = 0.0;
+  next_replan_ = done + kReplanEvery;
+
+  BudgetState state;
+  state.budget_s = options_.time_budget_s;
+  state.elapsed_s = elapsed;
+  state.done = done;
+  state.seconds_per_cost = seconds_per_cost_;
+  double cost = 0.0;
+  for (int64_t s = done; s < options_.steps; ++s) cost += family_.step_cost(s);
+  state.mean_cost = options_.steps > done ? cost / static_cast<double>(options_.steps - done) : 1.0;
+  state.reserve_s = budget_reserve(measured[2].item<double>(), measured[3].item<double>());
+  state.cap = step_cap_;
+  const int64_t steps = steps_within_budget(state);
+  // A change of under 1% is noise in the step times: not worth moving the schedules.
+  if (std::llabs(steps - options_.steps) * 100 <= options_.steps) return;
+  const int64_t before = options_.steps;
+  set_steps(steps);
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "plan: %lld steps (was %lld) to end within the time budget of %s: %.3g s per "
+                "step measured by step %lld, %s elapsed, %s kept for the final eval and snapshot",
+                static_cast<long long>(steps), static_cast<long long>(before),
+                log::format_duration(options_.time_budget_s).c_str(),
+                seconds_per_cost_ * state.mean_cost, static_cast<long long>(done),
+                log::format_duration(elapsed).c_str(), log::format_duration(state.reserve_s).c_str());
+  spdlog::info("{}", text);
+  if (comm_.rank() == 0 && options_.progress) std::fprintf(stderr, "%s\n", text);
+}
+
+bool TrainingRun::out_of_time(int64_t done) {
+  if (done >= options_.steps) return false;
+  // The plan's forecast, or the last step's time when the steps became slower than planned.
+  const double next_step_s = std::max(seconds_per_cost_ * family_.step_cost(done), last_step_s_);
+  torch::Tensor over = torch::tensor(
+      {static_cast<int64_t>(budget_exhausted(options_.time_budget_s, budget_elapsed(),
+                                             next_step_s,
+                                             budget_reserve(last_eval_s_, last_snapshot_s_)))},
+      torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+  comm_.allreduce(over, distributed::ReduceOp::Max);
+  if (over.item<int64_t>() == 0) return false;
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "time budget of %s reached: the run ends at step %lld of the %lld planned, with "
+                "its final eval and snapshot",
+                log::format_duration(options_.time_budget_s).c_str(),
+                static_cast<long long>(done), static_cast<long long>(options_.steps));
+  if (comm_.rank() == 0) spdlog::warn("{}", text);
+  options_.steps = done;  // the schedules stay as planned (schedule_steps_): they end here
+  return true;
+}
+
+}  // namespace tessera
