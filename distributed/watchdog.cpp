@@ -76,7 +76,26 @@ void Watchdog::run() {
       const std::string problem = hooks.check();
       if (!problem.empty()) fail(problem);
     }
+    ++ticks_;
+    ticked_.notify_all();
   }
+  ticked_.notify_all();  // a waiter returns when the watchdog stops
+}
+
+size_t Watchdog::watched() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+uint64_t Watchdog::ticks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ticks_;
+}
+
+void Watchdog::wait_ticks(uint64_t n) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t target = ticks_ + n;
+  ticked_.wait(lock, [&] { return ticks_ >= target || stopping_; });
 }
 
 void Watchdog::fail(const std::string& message) {

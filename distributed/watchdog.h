@@ -34,6 +34,13 @@ class Watchdog {
   uint64_t add_hooks(HealthCheck check, AbortHook abort);
   void remove_hooks(uint64_t id);
 
+  // What the watchdog holds and has done, for tests that assert on it instead of on sleeps:
+  // the operations watched now, the checks done (one per tick, every entry and health check),
+  // and a wait until `n` more checks have been done (or the watchdog stops).
+  size_t watched();
+  uint64_t ticks();
+  void wait_ticks(uint64_t n);
+
   // RAII guard for a blocking operation.
   class Scope {
    public:
@@ -59,6 +66,8 @@ class Watchdog {
   const std::chrono::duration<double> timeout_;
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable ticked_;  // after each check (wait_ticks)
+  uint64_t ticks_ = 0;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Entry> entries_;

@@ -125,8 +125,10 @@ TEST_F(BenchCliTest, GaussiansTwoRanksPrintsOneJsonLine) {
   }
   EXPECT_GT(phases.at("rasterize").get<double>(), 0.0) << lines[0];
   EXPECT_GT(phases.at("rasterize_bwd").get<double>(), 0.0) << lines[0];
+  // One timed step: rank 0's phases split a part of its step, which step_s (the slowest rank's
+  // wall time around it) contains. How much of the step they cover depends on the scheduling of
+  // oversubscribed ranks, so no lower bound here: PhaseTimer's test checks the split itself.
   EXPECT_LE(phase_sum, step_s * 1.01 + 1e-3) << lines[0];
-  EXPECT_GE(phase_sum, 0.5 * step_s) << lines[0];
   EXPECT_TRUE(contains(r.err, "[bench gaussians]")) << "progress on stderr\n" << describe(r);
 }
 
@@ -268,8 +270,9 @@ TEST_F(BenchCliTest, NerfCheckpointReportsTheRecomputeShare) {
                          j.at("recompute_s").get<double>();
     EXPECT_GT(j.at("forward_s").get<double>(), 0.0) << policy;
     EXPECT_GT(j.at("backward_s").get<double>(), 0.0) << policy;
+    // Parts of the step's wall time; how much of it they cover depends on the scheduling of
+    // oversubscribed ranks, so only the upper bound (the split is PhaseTimer's test).
     EXPECT_LE(parts, step * 1.01) << policy;
-    EXPECT_GE(parts, step * 0.5) << policy;
     EXPECT_NEAR(j.at("recompute_share").get<double>(), j.at("recompute_s").get<double>() / step,
                 1e-3) << policy;
     EXPECT_GT(j.at("vs_none").get<double>(), 0.0) << policy;

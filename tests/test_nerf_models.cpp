@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -590,22 +589,6 @@ TEST(NerfMlpMemory, CheckpointingCutsPeakBelowSixTenths) {
   RecordProperty("peak_bytes_checkpointed", std::to_string(all));
   EXPECT_GT(none, int64_t{100} << 20);  // the activations were counted
   EXPECT_LT(ratio, 0.6);
-}
-
-// Rays per second of forward + backward at 4096 rays, for the report (run with
-// --gtest_also_run_disabled_tests).
-TEST_P(NerfModels, DISABLED_Timing) {
-  auto model = create(GetParam());
-  const auto rays = sphere_rays(64, 1);  // 4096 rays
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto out = model->render(rays, StepContext{rep, 1, true});
-    loss_of(out, rays).backward();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s: 4096 rays, %lld samples, fwd+bwd %.3f s = %.0f rays/s (threads %d)\n",
-                GetParam().c_str(), static_cast<long long>(out.samples), s, 4096 / s,
-                torch::get_num_threads());
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, NerfModels, ::testing::Values("nerf-hash", "nerf-mlp"),

@@ -664,23 +664,5 @@ TEST_F(TrainerTest, RepeatedNonFiniteStepsStopTheRun) {
   EXPECT_FALSE(std::filesystem::exists(snapshot_path(o.out_dir + "/snapshots", 6)));
 }
 
-// Throughput of the test model (run with --gtest_also_run_disabled_tests): 4096 rays per step.
-TEST_F(TrainerTest, DISABLED_Throughput) {
-  TrainerOptions o = options();
-  o.steps = 30;
-  o.rays_per_step = 4096;
-  DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
-  trainer.train_step(0);  // warm-up
-  world().barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t t = 1; t < o.steps; ++t) trainer.train_step(t);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (world().rank() == 0)
-    std::fprintf(stderr, "test model: %.0f rays/s on %d ranks (%lld rays per step)\n",
-                 (o.steps - 1) * o.rays_per_step / s, world().size(),
-                 static_cast<long long>(o.rays_per_step));
-}
-
 }  // namespace
 }  // namespace tessera

@@ -20,10 +20,12 @@
 namespace tessera::distributed {
 namespace {
 
-// Short enough to keep the tests fast, long enough for a quick op on a loaded machine.
+// The deadline of the death tests, which wait for it to pass: short, to keep them fast.
 constexpr double kTimeoutS = 0.3;
-// Comfortably past the timeout plus two watchdog ticks (100 ms each).
-constexpr auto kPastTimeout = std::chrono::milliseconds(1500);
+// The deadline of the tests whose operations must not abort: far past anything they do, so a
+// slow machine (a sanitizer, a loaded CI) cannot end them; they assert on the watchdog's state
+// after whole ticks (Watchdog::wait_ticks), not on sleeps.
+constexpr double kNeverS = 600.0;
 
 void sleep_for(std::chrono::milliseconds duration) { std::this_thread::sleep_for(duration); }
 
@@ -33,75 +35,89 @@ class WatchdogTest : public testing::Test {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
 
-TEST_F(WatchdogTest, FinishedOperationDoesNotAbort) {
-  Watchdog dog(kTimeoutS);
+TEST_F(WatchdogTest, FinishedOperationIsNoLongerWatched) {
+  Watchdog dog(kNeverS);
   for (int i = 0; i < 5; ++i) {
     const uint64_t id = dog.start("quick allreduce");
+    EXPECT_EQ(dog.watched(), 1u);
     dog.finish(id);
+    EXPECT_EQ(dog.watched(), 0u) << "an entry left behind would abort once its deadline passed";
   }
-  sleep_for(kPastTimeout);  // the process would have ended here if an entry were left behind
-  SUCCEED();
+  dog.wait_ticks(2);
+  EXPECT_EQ(dog.watched(), 0u);
 }
 
 TEST_F(WatchdogTest, IdsAreDistinct) {
-  Watchdog dog(kTimeoutS);
+  Watchdog dog(kNeverS);
   const uint64_t a = dog.start("a");
   const uint64_t b = dog.start("b");
   const uint64_t h = dog.add_hooks(nullptr, nullptr);
   EXPECT_NE(a, b);
   EXPECT_NE(a, h);
   EXPECT_NE(b, h);
+  EXPECT_EQ(dog.watched(), 2u);
   dog.finish(a);
   dog.finish(b);
   dog.remove_hooks(h);
+  EXPECT_EQ(dog.watched(), 0u);
 }
 
 TEST_F(WatchdogTest, ScopeFinishesItsOperation) {
-  Watchdog dog(kTimeoutS);
+  Watchdog dog(kNeverS);
   for (int i = 0; i < 3; ++i) {
     Watchdog::Scope scope(dog, "scoped broadcast");
-    sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(dog.watched(), 1u);
   }
-  sleep_for(kPastTimeout);
-  SUCCEED();
+  EXPECT_EQ(dog.watched(), 0u);
 }
 
 TEST_F(WatchdogTest, OperationWhoseDoneReturnsTrueIsDropped) {
   std::atomic<int> polls{0};  // declared first: outlives the watchdog that polls it
-  Watchdog dog(kTimeoutS);
+  Watchdog dog(kNeverS);
   dog.start("async allreduce", [&polls] {
     ++polls;
     return true;
   });
-  sleep_for(kPastTimeout);  // never finish()ed: only `done` keeps the process alive
-  EXPECT_GE(polls.load(), 1);
-  const int after_drop = polls.load();
-  sleep_for(std::chrono::milliseconds(400));
-  EXPECT_EQ(polls.load(), after_drop) << "a dropped operation is polled no more";
+  dog.wait_ticks(2);  // never finish()ed: the first check polls `done` and drops the entry
+  EXPECT_EQ(dog.watched(), 0u);
+  EXPECT_EQ(polls.load(), 1);
+  dog.wait_ticks(2);
+  EXPECT_EQ(polls.load(), 1) << "a dropped operation is polled no more";
 }
 
 TEST_F(WatchdogTest, DoneBecomingTrueLaterIsDropped) {
   std::atomic<bool> complete{false};
-  Watchdog dog(kTimeoutS);
-  dog.start("async reduce", [&complete] { return complete.load(); });
-  sleep_for(std::chrono::milliseconds(100));
+  std::atomic<int> polls{0};
+  Watchdog dog(kNeverS);
+  dog.start("async reduce", [&] {
+    ++polls;
+    return complete.load();
+  });
+  dog.wait_ticks(2);
+  EXPECT_EQ(dog.watched(), 1u) << "still in flight";
+  EXPECT_GE(polls.load(), 2);
   complete = true;
-  sleep_for(kPastTimeout);
-  SUCCEED();
+  dog.wait_ticks(2);
+  EXPECT_EQ(dog.watched(), 0u);
 }
 
 TEST_F(WatchdogTest, HealthyCheckAndRemovedHooksDoNotAbort) {
   std::atomic<int> checks{0};
-  Watchdog dog(kTimeoutS);
+  std::atomic<int> aborts{0};
+  Watchdog dog(kNeverS);
   const uint64_t id = dog.add_hooks(
       [&checks] {
         ++checks;
         return std::string();
       },
-      [] { std::fprintf(stderr, "abort hook must not run\n"); });
-  sleep_for(std::chrono::milliseconds(500));
+      [&aborts] { ++aborts; });
+  dog.wait_ticks(3);
   EXPECT_GE(checks.load(), 2) << "the health check is polled every tick";
   dog.remove_hooks(id);
+  const int after_removal = checks.load();
+  dog.wait_ticks(2);
+  EXPECT_EQ(checks.load(), after_removal) << "a removed check is polled no more";
+  EXPECT_EQ(aborts.load(), 0);
 }
 
 TEST_F(WatchdogTest, DestructorStopsPromptly) {
