@@ -176,6 +176,7 @@ class TrainingRun {
   double budget_start_ = 0.0;
   double elapsed_before_ = 0.0;
   double window_s_ = 0.0, window_cost_ = 0.0;
+  double smoothed_s_ = 0.0, smoothed_cost_ = 0.0;  // the windows so far, weighted (replan)
   double seconds_per_cost_ = 0.0;
   double last_step_s_ = 0.0;  // this rank's, for the guard: a step may be slower than planned
   double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;

@@ -97,7 +97,10 @@ void Trainer::set_total_steps(int64_t steps) {
 }
 
 double Trainer::eval_cost(const std::vector<size_t>& views) const {
-  return pixels(scene_, views) / static_cast<double>(options_.rays_per_step) / 3.0;
+  // A render ray at a training ray's time: without backward, but with every sample of a fully
+  // marched ray (measured on a 302x403 capture: 0.58 of a training ray's time). Forecasting
+  // less, a run overran its budget by the difference.
+  return pixels(scene_, views) / static_cast<double>(options_.rays_per_step);
 }
 
 TrainingRun& Trainer::run_driver() {
