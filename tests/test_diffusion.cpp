@@ -314,6 +314,25 @@ TEST_F(DiffusionTest, ResumeIsExact) {
     EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
 }
 
+// train.epochs: ceil(epochs x train shapes / batch) steps, and the learning-rate schedule,
+// written for train.steps, ends at the planned step instead.
+TEST_F(DiffusionTest, EpochsPlanTheStepsAndTheScheduleEndsThere) {
+  const Config c = config({"train.steps=1000", "train.epochs=2", "diffusion.lr_schedule=exponential",
+                           "diffusion.final_lr=1e-5"});
+  Trained t(c, world(), *shapes_, quiet(c));
+  const auto train = static_cast<int64_t>(shapes_->indices(data::Split::Train).size());
+  const int64_t expected = (2 * train + 5) / 6;  // batch 6
+  ASSERT_EQ(t.run.planned_steps(), expected);
+  StepRecord last;
+  for (int64_t s = 0; s < expected; ++s) last = t.run.train_step(s);
+  LrScheduleOptions lr;
+  lr.name = "exponential";
+  lr.lr = 1e-3;
+  lr.final_lr = 1e-5;
+  lr.total_steps = expected;
+  EXPECT_DOUBLE_EQ(last.fields.at("lr").get<double>(), LrSchedule(lr).at(expected - 1));
+}
+
 // The held-out denoising loss starts at 1 (the output layer starts at zero: no noise predicted)
 // and falls as the model learns.
 TEST_F(DiffusionTest, HeldOutDenoisingLossFalls) {

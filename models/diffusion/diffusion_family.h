@@ -53,14 +53,16 @@ class DiffusionFamily : public ModelFamily {
   std::string write_samples(const SampleRequest& request) override;
   std::string not_learning_causes() const override;
   // An epoch: the train shapes, diffusion.batch at a time; the learning-rate schedule scales
-  // with the plan; an eval costs kEvalLevels forward passes of its shapes (a third of a
-  // training pass each).
+  // with the plan; an eval costs kEvalLevels forward passes of its shapes, plus with
+  // generative_eval sample_steps forwards of as many samples (each a third of a training pass).
   EpochSize epoch_size() const override {
     return {static_cast<double>(train_.size()), static_cast<double>(options_.batch)};
   }
   void set_total_steps(int64_t steps) override;
   double eval_cost(const std::vector<size_t>& items) const override {
-    return static_cast<double>(items.size()) * kEvalLevels / static_cast<double>(options_.batch) / 3.0;
+    const double forwards =
+        kEvalLevels + (options_.generative_eval ? static_cast<double>(options_.sample_steps) : 0.0);
+    return static_cast<double>(items.size()) * forwards / static_cast<double>(options_.batch) / 3.0;
   }
 
   const PointDenoiser& model() const { return *model_; }
