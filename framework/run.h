@@ -180,6 +180,7 @@ class TrainingRun {
   double seconds_per_cost_ = 0.0;
   double last_step_s_ = 0.0;  // this rank's, for the guard: a step may be slower than planned
   double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;
+  double eval_cost_ = 0.0;  // ModelFamily::eval_cost of the eval's views, taken at start_budget
   int64_t next_replan_ = 0;
 };
 

@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "distributed/errors.h"
 #include "framework/budget.h"
 #include "framework/learning_check.h"
 #include "framework/log.h"
@@ -67,10 +65,7 @@ std::string TrainingRun::plan_text() const {
 }
 
 double TrainingRun::budget_reserve(double eval_s, double snapshot_s) const {
-  if (eval_s < 0) {
-    const auto [views, train] = eval_view_lists();
-    eval_s = (family_.eval_cost(views) + family_.eval_cost(train)) * seconds_per_cost_;
-  }
+  if (eval_s < 0) eval_s = eval_cost_ * seconds_per_cost_;
   return std::max(0.0, eval_s) + std::max(0.0, snapshot_s);
 }
 
@@ -81,6 +76,8 @@ void TrainingRun::start_budget(int64_t first) {
   window_cost_ = 0.0;
   smoothed_s_ = 0.0;
   smoothed_cost_ = 0.0;
+  const auto [views, train] = eval_view_lists();  // once: budget_reserve runs every step
+  eval_cost_ = family_.eval_cost(views) + family_.eval_cost(train);
   const std::string text = plan_text();
   spdlog::info("{}", text);
   if (comm_.rank() == 0 && options_.progress) std::fprintf(stderr, "%s\n", text.c_str());
