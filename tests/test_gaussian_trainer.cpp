@@ -629,6 +629,45 @@ TEST_F(GaussianTrainerTest, StartsFromAPly) {
   EXPECT_THROW(gs::GaussianTrainer(world(), *scene_, o), UserError);
 }
 
+// Without points the initial set is the stereo points of the train views, then random ones up
+// to random_count, the same rows at every world size (each rank matches a slice of the views);
+// with stereo_init = false it is random_count random ones.
+TEST_F(GaussianTrainerTest, WithoutPointsStartsFromStereoPointsAtAnyWorldSize) {
+  const std::string path = dir_ + "/no-points-" + std::to_string(world().size()) + ".h5";
+  if (world().rank() == 0) {  // this suite's scene without its /points
+    data::SceneWriter writer(path, scene_->meta(), scene_->cameras(), scene_->has_alpha());
+    for (size_t i = 0; i < scene_->cameras().size(); ++i)
+      writer.write_image(i, scene_->read_image(i),
+                         scene_->has_alpha() ? scene_->read_alpha(i) : torch::Tensor());
+    writer.commit();
+  }
+  world().barrier();
+  const data::SceneReader bare(path);
+  ASSERT_FALSE(bare.has_points());
+  gs::GaussianTrainerOptions o = options();
+  o.init.random_count = 600;
+  gs::GaussianTrainer trainer(world(), bare, o);
+  const gs::GaussianParams got = trainer.canonical_params();
+
+  std::vector<int64_t> train;
+  for (size_t i : bare.indices(data::Split::Train)) train.push_back(static_cast<int64_t>(i));
+  gs::StereoOptions so;
+  so.points = o.init.random_count * 3 / 4;
+  const gs::StereoPoints stereo = gs::stereo_points(bare, train, so);  // one process, all views
+  const int64_t s = stereo.xyz.size(0);
+  ASSERT_GT(s, 0);
+  gs::InitOptions io = o.init;
+  const gs::RandomPoints random = gs::random_points(bare.meta().scene_bounds, io, 600 - s);
+  ASSERT_EQ(got.size(), 600);
+  EXPECT_TRUE(torch::equal(got.means.detach().slice(0, 0, s), stereo.xyz));
+  EXPECT_TRUE(torch::equal(got.means.detach().slice(0, s), random.means));
+
+  o.stereo_init = false;
+  gs::GaussianTrainer all_random(world(), bare, o);
+  EXPECT_TRUE(torch::equal(all_random.canonical_params().means.detach(),
+                           gs::random_points(bare.meta().scene_bounds, io, 600).means));
+}
+
 // ---- The gaussians family behind the framework's TrainingRun (framework/run.h) ------------------------
 
 // A config of the gaussians family on this suite's scene; no run directory.

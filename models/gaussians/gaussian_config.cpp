@@ -51,6 +51,11 @@ config_schema::SectionSpec gaussian_config_section() {
       gs_key("random_count", [](auto& g) -> auto& { return g.init.random_count; })
           .range(1, int64_t{1} << 31)
           .doc("Gaussians drawn at random when the dataset has no points (no SfM points, no `init_ply`): in the scene bounds, and half of them out to the scene extent for an unbounded capture (docs/gaussians.md)."),
+      gs_key("stereo_init", [](auto& g) -> auto& { return g.stereo_init; })
+          .doc("Without SfM points (and without `init_ply`): place up to 3/4 of `random_count` on the surfaces the train views agree on, by plane-sweep stereo with the capture's poses, coloured by the pixels; the rest random (docs/gaussians.md, \"Initialization\"). false: all random."),
+      gs_key("stereo_min_ncc", [](auto& g) -> auto& { return g.stereo.min_ncc; })
+          .range(-1, 1)
+          .doc("The match quality stereo_init keeps: the mean normalized cross-correlation of a pixel's 5x5 patch with its two best-agreeing neighbour views."),
       gs_key("sh_degree", [](auto& g) -> auto& { return g.max_sh_degree; })
           .range(0, 3)
           .doc("Highest spherical-harmonics degree of the colors (INRIA `sh_degree`)."),

@@ -321,6 +321,30 @@ class ShellSampler {
 
 }  // namespace
 
+RandomPoints random_points(const std::array<double, 6>& bounds, const InitOptions& options,
+                           int64_t n) {
+  if (n < 0) throw std::invalid_argument("random_points: count must be >= 0");
+  RandomPoints out{torch::empty({n, 3}, torch::kFloat32), torch::empty({n, 3}, torch::kFloat32)};
+  float* m = out.means.data_ptr<float>();
+  float* c = out.colours.data_ptr<float>();
+  const ShellSampler shell(bounds, options.extent);
+  for (int64_t i = 0; i < n; ++i) {
+    double u[3];
+    for (int a = 0; a < 3; ++a) {
+      u[a] = uniform_from_hash(hash_values({options.seed, kPurposeInitPosition,
+                                            static_cast<uint64_t>(i), static_cast<uint64_t>(a)}));
+      m[i * 3 + a] = static_cast<float>(bounds[a] + (bounds[a + 3] - bounds[a]) * u[a]);
+      c[i * 3 + a] = static_cast<float>(uniform_from_hash(hash_values(
+          {options.seed, kPurposeInitColour, static_cast<uint64_t>(i), static_cast<uint64_t>(a)})));
+    }
+    if (shell.active() &&
+        uniform_from_hash(hash_values({options.seed, kPurposeInitShell, static_cast<uint64_t>(i)})) <
+            kBackgroundShare)
+      shell.place(u, m + i * 3);
+  }
+  return out;
+}
+
 GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& rgb,
                                 const std::array<double, 6>& bounds, const InitOptions& options,
                                 torch::Device device, int64_t* total) {
@@ -331,27 +355,11 @@ GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& r
     means = xyz.to(torch::kCPU, torch::kFloat32).contiguous();
     colours = rgb.to(torch::kCPU, torch::kFloat32) / 255.0f;
   } else {
-    const int64_t n = options.random_count;
-    if (n < 0) throw std::invalid_argument("init_from_points: random_count must be >= 0");
-    means = torch::empty({n, 3}, torch::kFloat32);
-    colours = torch::empty({n, 3}, torch::kFloat32);
-    float* m = means.data_ptr<float>();
-    float* c = colours.data_ptr<float>();
-    const ShellSampler shell(bounds, options.extent);
-    for (int64_t i = 0; i < n; ++i) {
-      double u[3];
-      for (int a = 0; a < 3; ++a) {
-        u[a] = uniform_from_hash(hash_values({options.seed, kPurposeInitPosition,
-                                              static_cast<uint64_t>(i), static_cast<uint64_t>(a)}));
-        m[i * 3 + a] = static_cast<float>(bounds[a] + (bounds[a + 3] - bounds[a]) * u[a]);
-        c[i * 3 + a] = static_cast<float>(uniform_from_hash(hash_values(
-            {options.seed, kPurposeInitColour, static_cast<uint64_t>(i), static_cast<uint64_t>(a)})));
-      }
-      if (shell.active() &&
-          uniform_from_hash(hash_values({options.seed, kPurposeInitShell, static_cast<uint64_t>(i)})) <
-              kBackgroundShare)
-        shell.place(u, m + i * 3);
-    }
+    if (options.random_count < 0)
+      throw std::invalid_argument("init_from_points: random_count must be >= 0");
+    RandomPoints random = random_points(bounds, options, options.random_count);
+    means = random.means;
+    colours = random.colours;
   }
   const auto [first, last] = even_slice(means.size(0), options.part, options.parts);
   if (total != nullptr) *total = means.size(0);

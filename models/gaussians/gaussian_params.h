@@ -125,6 +125,16 @@ struct InitOptions {
   int64_t part = 0, parts = 1;
 };
 
+// random_count's draw without points: n means uniform in `bounds` (and, with options.extent, a
+// kBackgroundShare of them in the contracted shell out to it, see InitOptions) and colours
+// uniform in [0, 1], row i a pure function of (options.seed, i).
+struct RandomPoints {
+  torch::Tensor means;    // [n, 3] float32
+  torch::Tensor colours;  // [n, 3] float32 in [0, 1]
+};
+RandomPoints random_points(const std::array<double, 6>& bounds, const InitOptions& options,
+                           int64_t n);
+
 // From points: means = points, sh_dc = (rgb / 255 - 0.5) / C0, sh_rest = 0,
 // log_scales = log(sqrt(max(mean of the 3 nearest squared distances, 1e-7))) on all three axes,
 // quats = (1, 0, 0, 0), opacity_logits = logit(0.1). With no points (P = 0): random_count

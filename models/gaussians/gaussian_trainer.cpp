@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -70,23 +71,28 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
   InitOptions init = options_.init;
   init.part = r;
   init.parts = size;
-  const GaussianParams mine = options_.init_ply.empty()
-                                  ? init_from_scene(scene, init, device, &n)
-                                  : capture_to_world(read_ply(options_.init_ply, device, r, size, &n),
-                                                     scene.meta().capture_scale,
-                                                     scene.meta().capture_offset);
+  const bool stereo = options_.init_ply.empty() && options_.stereo_init && !scene.has_points() &&
+                      !init.ignore_points && init.random_count > 0;
+  const GaussianParams mine =
+      !options_.init_ply.empty()
+          ? capture_to_world(read_ply(options_.init_ply, device, r, size, &n),
+                             scene.meta().capture_scale, scene.meta().capture_offset)
+      : stereo ? init_from_stereo(scene, init, device, &n)
+               : init_from_scene(scene, init, device, &n);
   if (n == 0)
     throw UserError((options_.init_ply.empty() ? std::string("the scene") : options_.init_ply) +
                     ": no Gaussians to start from");
-  if (options_.init_ply.empty() && !scene.has_points() && scene.meta().unbounded() && r == 0)
+  if (options_.init_ply.empty() && !scene.has_points() && scene.meta().unbounded() && r == 0 &&
+      (!stereo || stereo_placed_ * 4 < init.random_count))
     spdlog::warn(
-        "{}: no SfM points, so 3DGS starts from {} random Gaussians spread out to the scene's "
-        "extent. An object in the middle of the views trains from them; a room or an outdoor "
-        "scene usually ends as a blur, since nothing tells the Gaussians where its surfaces are. "
+        "{}: no SfM points, and {} of the {} starting Gaussians are on surfaces the train views "
+        "agree on (stereo); the rest are random, spread out to the scene's extent. An object in "
+        "the middle of the views trains from them; a room or an outdoor scene usually ends as a "
+        "blur, since nothing tells the Gaussians where its surfaces are. "
         "To start from points: run COLMAP on the images and import its folder (`tessera convert "
         "FOLDER` reads sparse/0/points3D), list a point cloud as `ply_file_path` in "
         "transforms.json, or set gaussians.init_ply (docs/gaussians.md, \"Initialization\").",
-        scene.path(), n);
+        scene.path(), stereo_placed_, n);
   const auto [lo, hi] = even_slice(n, r, size);
   std::vector<torch::Tensor> rows;
   for (const torch::Tensor* f : mine.fields()) rows.push_back(f->detach());
@@ -99,6 +105,51 @@ GaussianTrainer::GaussianTrainer(distributed::Communicator& comm, const data::Sc
 }
 
 GaussianTrainer::~GaussianTrainer() = default;
+
+// Stereo points of this rank's share of the train views, gathered in rank (= view) order so that
+// every rank holds the same set at any world size, then random ones up to init.random_count.
+GaussianParams GaussianTrainer::init_from_stereo(const data::SceneReader& scene,
+                                                 const InitOptions& init, torch::Device device,
+                                                 int64_t* total) {
+  const auto started = std::chrono::steady_clock::now();
+  StereoOptions so = options_.stereo;
+  so.points = init.random_count * 3 / 4;  // a quarter stays random: sky, textureless walls
+  if (comm_.rank() == 0)
+    spdlog::info("initialization: no SfM points; matching {} train views by plane-sweep stereo "
+                 "for up to {} starting points ...", train_views_.size(), so.points);
+  auto last_report = started;
+  const auto progress = [&](int64_t done, int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (comm_.rank() != 0 || now - last_report < std::chrono::seconds(10)) return;
+    last_report = now;
+    spdlog::info("initialization: stereo matched {} of rank 0's {} views ({:.0f} s)", done, total,
+                 std::chrono::duration<double>(now - started).count());
+  };
+  const StereoPoints mine =
+      stereo_points(scene, train_views_, so, comm_.rank(), comm_.size(), progress);
+  const torch::Device comm_device = comm_.device();
+  const torch::Tensor packed = torch::cat({mine.xyz, mine.rgb}, 1).to(comm_device);
+  const torch::Tensor all = comm_.allgatherv(packed).to(torch::kCPU);
+  torch::Tensor counts = torch::tensor({mine.candidates, mine.views}, torch::kInt64).to(comm_device);
+  comm_.allreduce(counts, distributed::ReduceOp::Sum);
+  counts = counts.to(torch::kCPU);
+  stereo_placed_ = all.size(0);
+  InitOptions resolved = init;
+  if (scene.meta().unbounded() && !resolved.extent) resolved.extent = scene.meta().scene_extent;
+  const RandomPoints random =
+      random_points(scene.meta().scene_bounds, resolved,
+                    std::max<int64_t>(0, init.random_count - stereo_placed_));
+  const torch::Tensor xyz = torch::cat({all.slice(1, 0, 3), random.means}, 0).contiguous();
+  const torch::Tensor rgb =
+      (torch::cat({all.slice(1, 3, 6), random.colours}, 0) * 255.0).round().to(torch::kUInt8);
+  if (comm_.rank() == 0)
+    spdlog::info("initialization: {} points from stereo ({} pixels matched in {} views with two "
+                 "sources or more) and {} random, in {:.1f} s",
+                 stereo_placed_, counts[0].item<int64_t>(), counts[1].item<int64_t>(),
+                 random.means.size(0),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return init_from_points(xyz, rgb, scene.meta().scene_bounds, resolved, device, total);
+}
 
 // Replaces the local rows by `rows`: the six fields, then (when with_state) the exp_avg and
 // exp_avg_sq of each field, then the three densify statistics.

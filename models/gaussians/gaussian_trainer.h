@@ -23,6 +23,7 @@
 #include "models/gaussians/densify.h"
 #include "models/gaussians/gaussian_loss.h"
 #include "models/gaussians/gaussian_params.h"
+#include "models/gaussians/stereo_init.h"
 
 namespace tessera::models::gaussians {
 
@@ -63,6 +64,10 @@ struct GaussianTrainerOptions {
   bool sqrt_batch_lr_scaling = true;
   DensifyOptions densify;             // thresholds and schedule (identical on every rank)
   InitOptions init;                   // Gaussians from the scene's points, or random
+  // Without points (and without init_ply): up to 3/4 of init.random_count from plane-sweep
+  // stereo between the train views (stereo_init.h), the rest random. false: all random.
+  bool stereo_init = true;
+  StereoOptions stereo;               // its points are set from init.random_count
   std::string init_ply;               // when set: start from this INRIA-layout .ply instead
   int sh_degree_interval = 1000;      // SH degree = min(max_sh_degree, s / interval) (INRIA)
   int max_sh_degree = kMaxShDegree;
@@ -220,6 +225,11 @@ class GaussianTrainer {
   int64_t train_view_count() const { return static_cast<int64_t>(train_views_.size()); }
 
  private:
+  // The initial set when the scene has no points: stereo points, then random ones (this rank's
+  // even slice, as init_from_scene's).
+  GaussianParams init_from_stereo(const data::SceneReader& scene, const InitOptions& init,
+                                  torch::Device device, int64_t* total);
+  int64_t stereo_placed_ = 0;  // starting points that stereo placed (0 without stereo)
   // What step() needs from forward() per view: the owner's projection outputs.
   struct Batch {
     std::vector<torch::Tensor> radii;    // per view [n] int32
