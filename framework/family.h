@@ -164,7 +164,7 @@ struct FamilyContext {
 };
 
 // One `tessera info` line about a snapshot: a label and its value.
-using InfoLine = std::pair<std::string, std::string>;
+using InfoLine = data::InfoLine;
 
 // How `tessera export SNAPSHOT --ply OUT` writes a snapshot of a family (needs no MPI).
 struct ExportRequest {

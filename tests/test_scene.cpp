@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <algorithm>
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "distributed/errors.h"
 #include "framework/data/file_seal.h"
 #include "framework/data/scene.h"
+#include "framework/data/shapes.h"
 #include "tests/test_util.h"
 
 namespace tessera::data {
@@ -629,6 +631,29 @@ TEST_F(InfoTest, ListsDistinctSizes) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (const char* needle : {"image sizes:  4 distinct: ", "12x8 (2)", "7x5 (2)", "16x3 (1)",
                              "9x9 (1)", "distortion:   none", "alpha:        no", "points:       none"})
+    EXPECT_TRUE(contains(r.out, needle)) << "missing: " << needle << "\n" << r.out;
+}
+
+// Every dataset a family can open: point-diffusion's shape sets too.
+TEST_F(InfoTest, SummarisesAShapeSet) {
+  shapes::write_generated_shapes({30, 64, 7}, path("shapes.h5"));
+  const shapes::ShapesReader reader(path("shapes.h5"));
+  std::map<int32_t, int64_t> kinds;  // in the format's kind order
+  for (int64_t i = 0; i < reader.count(); ++i) ++kinds[static_cast<int32_t>(reader.kind(i))];
+  std::string kinds_line = "kinds:        ";
+  for (const auto& [kind, n] : kinds)
+    kinds_line += (kinds_line.back() == ' ' ? "" : ", ") +
+                  std::string(shapes::to_string(static_cast<shapes::Kind>(kind))) + " " +
+                  std::to_string(n);
+  const InfoResult r = info(path("shapes.h5"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string counts = "shapes:       30 (train " +
+                             std::to_string(reader.indices(Split::Train).size()) + ", val " +
+                             std::to_string(reader.indices(Split::Val).size()) + ", test " +
+                             std::to_string(reader.indices(Split::Test).size()) + ")";
+  for (const std::string& needle :
+       {std::string("shapes.h5: tessera-shapes version 2"), std::string("file size:"), counts,
+        std::string("points:       64 per shape"), kinds_line})
     EXPECT_TRUE(contains(r.out, needle)) << "missing: " << needle << "\n" << r.out;
 }
 

@@ -6,12 +6,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::data {
 
 enum class Split : uint8_t { Train = 0, Val = 1, Test = 2 };
+
+// One line of `tessera info`: a label ("cameras:") and its value.
+using InfoLine = std::pair<std::string, std::string>;
 const char* to_string(Split split);
 
 class Dataset {
@@ -25,6 +30,17 @@ class Dataset {
   virtual std::string fingerprint() const = 0;
   // For the start log: "24 cameras", "1000 shapes of 2048 points".
   virtual std::string summary() const = 0;
+  // `tessera info`: the format and its version ("tessera-scene version 2"), then what the file
+  // holds, one labelled line each.
+  virtual std::string format_version() const = 0;
+  virtual std::vector<InfoLine> describe() const = 0;
 };
+
+// Any Tessera dataset, by its root attribute 'format': a scene (SceneReader, docs/formats.md) or
+// a shape set (shapes::ShapesReader). UserError naming the file for anything else.
+std::unique_ptr<Dataset> open_any_dataset(const std::string& path);
+
+// A describe() line's value: "85.4 MiB (89591318 bytes)".
+std::string file_size_text(const std::string& path);
 
 }  // namespace tessera::data

@@ -108,6 +108,10 @@ class SceneReader : public Dataset {
   // Of the bounds, near, far and every camera (not the pixels: a re-encoded image keeps it).
   std::string fingerprint() const override;
   std::string summary() const override;  // "24 cameras"
+  std::string format_version() const override;
+  // Source, file size, cameras per split, image sizes, intrinsics, distortion, bounds, extent,
+  // normalization, near/far, background, alpha, points.
+  std::vector<InfoLine> describe() const override;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "distributed/errors.h"
@@ -222,6 +223,30 @@ std::string ShapesReader::fingerprint() const {
 
 std::string ShapesReader::summary() const {
   return std::to_string(count_) + " shapes of " + std::to_string(points_) + " points";
+}
+
+std::string ShapesReader::format_version() const {
+  return std::string(kShapesFormat) + " version " + std::to_string(kShapesVersion);
+}
+
+std::vector<InfoLine> ShapesReader::describe() const {
+  std::vector<InfoLine> lines;
+  lines.emplace_back("source:", source_.empty() ? "(not recorded)" : source_);
+  lines.emplace_back("file size:", file_size_text(path_));
+  std::string splits;
+  for (Split split : {Split::Train, Split::Val, Split::Test})
+    splits += std::string(splits.empty() ? "" : ", ") + to_string(split) + " " +
+              std::to_string(indices(split).size());
+  lines.emplace_back("shapes:", std::to_string(count_) + " (" + splits + ")");
+  lines.emplace_back("points:", std::to_string(points_) + " per shape (position, normal, colour)");
+  std::map<int32_t, int64_t> kinds;
+  for (int32_t k : kind_) ++kinds[k];
+  std::string listed;
+  for (const auto& [k, n] : kinds)
+    listed += (listed.empty() ? "" : ", ") + std::string(to_string(static_cast<Kind>(k))) + " " +
+              std::to_string(n);
+  lines.emplace_back("kinds:", listed.empty() ? "(none)" : listed);
+  return lines;
 }
 
 }  // namespace tessera::data::shapes

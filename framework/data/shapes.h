@@ -133,7 +133,9 @@ class ShapesReader : public Dataset {
   // Of the format, sizes, source, splits and kinds (not the points: a file is generated whole).
   std::string fingerprint() const override;
   std::string summary() const override;  // "1000 shapes of 2048 points"
-
+  std::string format_version() const override;
+  // Source, file size, shapes per split, points per shape, shapes per kind.
+  std::vector<InfoLine> describe() const override;
 
  private:
   struct Impl;
