@@ -17,6 +17,12 @@ namespace tessera::launch {
 
 namespace {
 
+// One "  label:       value" line, values aligned.
+void print_line(std::ostream& out, const std::string& label, const std::string& value) {
+  out << "  " << label << std::string(label.size() < 14 ? 14 - label.size() : 1, ' ') << value
+      << "\n";
+}
+
 // The file's format attribute; exit code 2 for any HDF5 file that is not a Tessera file.
 std::string check_format(const std::string& path) {
   const data::h5::Id file = data::h5::open_file_read_only(path);
@@ -33,8 +39,8 @@ std::string check_format(const std::string& path) {
 void print_snapshot(const std::string& path, std::ostream& out) {
   const SnapshotReader reader(path);
   const SnapshotMeta& m = reader.meta();
-  auto line = [&](const char* label, const std::string& value) {
-    out << "  " << label << std::string(14 - std::string(label).size(), ' ') << value << "\n";
+  auto line = [&](const std::string& label, const std::string& value) {
+    print_line(out, label, value);
   };
   out << path << ": " << kSnapshotFormat << " version " << kSnapshotVersion << "\n";
   line("step:", std::to_string(m.step));
@@ -44,7 +50,7 @@ void print_snapshot(const std::string& path, std::ostream& out) {
   if (families.contains(m.model)) {
     const FamilyInfo& family = families.get(m.model, path);
     if (family.describe_snapshot)
-      for (const auto& [label, value] : family.describe_snapshot(reader)) line(label.c_str(), value);
+      for (const auto& [label, value] : family.describe_snapshot(reader)) line(label, value);
   }
   line("world size:", std::to_string(m.world_size) + " rank(s) wrote it");
   line("written by:", m.tessera_version.empty() ? "(not recorded)" : "tessera " + m.tessera_version);
@@ -80,9 +86,7 @@ void print_snapshot(const std::string& path, std::ostream& out) {
 // A dataset's own description (data::Dataset::describe), in info's layout.
 void print_dataset(const data::Dataset& dataset, std::ostream& out) {
   out << dataset.path() << ": " << dataset.format_version() << "\n";
-  for (const auto& [label, value] : dataset.describe())
-    out << "  " << label << std::string(label.size() < 14 ? 14 - label.size() : 1, ' ') << value
-        << "\n";
+  for (const auto& [label, value] : dataset.describe()) print_line(out, label, value);
 }
 
 }  // namespace

@@ -384,6 +384,11 @@ GaussianParams init_from_points(const torch::Tensor& xyz, const torch::Tensor& r
   return p;
 }
 
+InitOptions with_scene_extent(const data::SceneReader& scene, InitOptions options) {
+  if (scene.meta().unbounded() && !options.extent) options.extent = scene.meta().scene_extent;
+  return options;
+}
+
 GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,
                                torch::Device device, int64_t* total) {
   torch::Tensor xyz, rgb;
@@ -391,9 +396,8 @@ GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions
     xyz = scene.read_points_xyz();
     rgb = scene.read_points_rgb();
   }
-  InitOptions resolved = options;
-  if (scene.meta().unbounded() && !resolved.extent) resolved.extent = scene.meta().scene_extent;
-  return init_from_points(xyz, rgb, scene.meta().scene_bounds, resolved, device, total);
+  return init_from_points(xyz, rgb, scene.meta().scene_bounds, with_scene_extent(scene, options),
+                          device, total);
 }
 
 }  // namespace tessera::models::gaussians

@@ -145,6 +145,8 @@ GaussianParams init_from_points(const torch::Tensor& xyz,  // [P, 3] float32
                                 const std::array<double, 6>& bounds,  // xmin..zmax
                                 const InitOptions& options, torch::Device device = torch::kCPU,
                                 int64_t* total = nullptr);  // receives N, the whole set's size
+// `options` with extent = the scene's extent when the scene is unbounded and none is set.
+InitOptions with_scene_extent(const data::SceneReader& scene, InitOptions options);
 // The scene's points (SceneReader) or, without any (or with options.ignore_points), random init
 // in meta().scene_bounds, and out to meta().scene_extent for an unbounded scene.
 GaussianParams init_from_scene(const data::SceneReader& scene, const InitOptions& options,

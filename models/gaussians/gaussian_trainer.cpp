@@ -134,8 +134,7 @@ GaussianParams GaussianTrainer::init_from_stereo(const data::SceneReader& scene,
   comm_.allreduce(counts, distributed::ReduceOp::Sum);
   counts = counts.to(torch::kCPU);
   stereo_placed_ = all.size(0);
-  InitOptions resolved = init;
-  if (scene.meta().unbounded() && !resolved.extent) resolved.extent = scene.meta().scene_extent;
+  const InitOptions resolved = with_scene_extent(scene, init);
   const RandomPoints random =
       random_points(scene.meta().scene_bounds, resolved,
                     std::max<int64_t>(0, init.random_count - stereo_placed_));

@@ -12,7 +12,6 @@
 #include <array>
 #include <cmath>
 #include <map>
-#include <numeric>
 
 #include "framework/data/lens.h"
 #include "framework/even_slice.h"
@@ -43,6 +42,7 @@ struct StereoView {
   RenderCamera cam;    // pinhole at the matched resolution
   std::array<double, 9> rotation{};  // camera -> world, row-major
   std::array<double, 3> centre{};
+  torch::Tensor rotation_t, centre_t;  // the same as float32 [3, 3] and [3]
 };
 
 std::array<double, 3> column(const data::Camera& c, int k) {
@@ -91,6 +91,10 @@ StereoView load_view(const data::SceneReader& scene, int64_t index, int64_t max_
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 3; ++c) v.rotation[r * 3 + c] = m[r * 4 + c];
   v.centre = {m[3], m[7], m[11]};
+  v.rotation_t = torch::tensor(std::vector<double>(v.rotation.begin(), v.rotation.end()))
+                     .view({3, 3})
+                     .to(torch::kFloat32);
+  v.centre_t = torch::tensor({v.centre[0], v.centre[1], v.centre[2]}).to(torch::kFloat32);
   return v;
 }
 
@@ -137,18 +141,15 @@ torch::Tensor patch_rays(const torch::Tensor& pix, const RenderCamera& cam) {
   return torch::stack({x, y, torch::ones_like(x)}, 2);
 }
 
-// Score [D, P] of depth hypotheses z [D, P] for the pixels' patches: the mean NCC of the two
-// best sources (the one source's when only one sees it), -1 where no source sees the patch.
-torch::Tensor sweep_score(const StereoView& ref, const torch::Tensor& rays,
+// Score [D, P] of depth hypotheses z [D, P] for the pixels' patches (world_rays [P, 9, 3]: the
+// patch samples' rays, z = 1 in the reference camera): the mean NCC of the two best sources,
+// -1 where fewer than two sources see the patch.
+torch::Tensor sweep_score(const StereoView& ref, const torch::Tensor& world_rays,
                           const torch::Tensor& ref_patch,
                           const std::vector<const StereoView*>& sources, const torch::Tensor& z) {
   const int64_t d = z.size(0), p = z.size(1);
-  const torch::Tensor rot = torch::tensor(std::vector<double>(ref.rotation.begin(), ref.rotation.end()))
-                                .view({3, 3}).to(torch::kFloat32);
-  const torch::Tensor centre =
-      torch::tensor({ref.centre[0], ref.centre[1], ref.centre[2]}).to(torch::kFloat32);
-  const torch::Tensor world_rays = torch::matmul(rays, rot.t());  // [P, 9, 3]
-  const torch::Tensor points = centre + z.view({d, p, 1, 1}) * world_rays.unsqueeze(0);  // [D,P,9,3]
+  const torch::Tensor points =
+      ref.centre_t + z.view({d, p, 1, 1}) * world_rays.unsqueeze(0);  // [D, P, 9, 3]
   const torch::Tensor a = ref_patch - ref_patch.mean(1, true);  // [P, 9]
   const torch::Tensor aa = a.square().sum(1);                   // [P]
   std::vector<torch::Tensor> scores;
@@ -173,8 +174,7 @@ torch::Tensor sweep_score(const StereoView& ref, const torch::Tensor& rays,
     const torch::Tensor ncc = (a.unsqueeze(0) * b).sum(2) / torch::sqrt(aa.unsqueeze(0) * b.square().sum(2) + 1e-12);
     scores.push_back(torch::where(inside, ncc, torch::full_like(ncc, -1.0f)));
   }
-  const torch::Tensor all = torch::stack(scores, 0);  // [K, D, P]
-  if (all.size(0) == 1) return all[0];
+  const torch::Tensor all = torch::stack(scores, 0);  // [K, D, P], K >= 2 (the caller's rule)
   const torch::Tensor best2 = std::get<0>(all.topk(2, 0));  // [2, D, P]
   // Both must see the patch: a mean with an unseen source's -1 is not a match.
   return torch::where(best2[1] > -1.0f, best2.mean(0), torch::full_like(best2[0], -1.0f));
@@ -273,7 +273,7 @@ StereoPoints stereo_points(const data::SceneReader& scene, const std::vector<int
       for (int dx = -1; dx <= 1; ++dx)
         samples.push_back(flat.index_select(0, (row + dy * kPatchStep) * w + col + dx * kPatchStep));
     const torch::Tensor ref_patch = torch::stack(samples, 1);  // [P, 9]
-    const torch::Tensor rays = patch_rays(pix, ref.cam);
+    const torch::Tensor rays = torch::matmul(patch_rays(pix, ref.cam), ref.rotation_t.t());
     const int64_t p = pix.size(0);
     out.candidates += p;
 
@@ -314,12 +314,8 @@ StereoPoints stereo_points(const data::SceneReader& scene, const std::vector<int
     auto [score, fine_arg] = fine.max(0);
     const torch::Tensor z = fine_z.gather(0, fine_arg.view({1, p})).squeeze(0);  // [P]
 
-    const torch::Tensor centre_rays = rays.select(1, 4);  // [P, 3] the pixel's own ray
-    const torch::Tensor rot = torch::tensor(std::vector<double>(ref.rotation.begin(), ref.rotation.end()))
-                                  .view({3, 3}).to(torch::kFloat32);
-    const torch::Tensor world =
-        torch::tensor({ref.centre[0], ref.centre[1], ref.centre[2]}).to(torch::kFloat32) +
-        z.unsqueeze(1) * torch::matmul(centre_rays, rot.t());
+    // The pixel's own ray (the patch's centre sample) at the chosen depth.
+    const torch::Tensor world = ref.centre_t + z.unsqueeze(1) * rays.select(1, 4);
     const torch::Tensor lo = torch::tensor({extent[0], extent[1], extent[2]}).to(torch::kFloat32);
     const torch::Tensor hi = torch::tensor({extent[3], extent[4], extent[5]}).to(torch::kFloat32);
     const torch::Tensor in_extent = ((world >= lo) & (world <= hi)).all(1);
