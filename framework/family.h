@@ -132,8 +132,8 @@ class ModelFamily {
   // The relative time of step `step` (1 = a full step) under the current schedule, for the
   // budget's forecast: e.g. a 3DGS step at half resolution costs about 1/4.
   virtual double step_cost(int64_t step) const { return 1.0; }
-  // The time of evaluate(views), in step_cost units (a forecast, for the time kept for the
-  // final eval before one was measured).
+  // The time of evaluate(views) in step_cost units: the final eval's forecast until one is
+  // measured, taken again at every plan (so it may follow the family's current costs).
   virtual double eval_cost(const std::vector<size_t>& views) const { return 0.0; }
   // The family's likely causes of a loss that does not improve, numbered from (4) on (the
   // TrainingRun's warning lists poses, bounds and background first; learning_check.h).

@@ -143,8 +143,10 @@ class TrainingRun {
   // options_.steps to it). Collective.
   void budget_step(int64_t step, double step_s);
   // The time kept for the final eval and snapshot: the measured ones (< 0: none yet, then the
-  // eval's forecast from ModelFamily::eval_cost).
+  // eval's forecast from ModelFamily::eval_cost, from the second plan on).
   double budget_reserve(double eval_s, double snapshot_s) const;
+  // ModelFamily::eval_cost of the eval's views and the train views scored beside them, now.
+  double forecast_eval_cost() const;
   // After step `done` with a time budget: every kReplanEvery steps, the steps that fit the
   // budget from the step times since the last plan (collective; all ranks adopt the same).
   void replan(int64_t done);
@@ -180,7 +182,10 @@ class TrainingRun {
   double seconds_per_cost_ = 0.0;
   double last_step_s_ = 0.0;  // this rank's, for the guard: a step may be slower than planned
   double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;
-  double eval_cost_ = 0.0;  // ModelFamily::eval_cost of the eval's views, taken at start_budget
+  double eval_cost_ = 0.0;  // forecast_eval_cost(), the ranks' largest, at the last plan
+  int64_t plans_ = 0;       // plans taken since start_budget
+  bool forecast_deferred_ = false;  // the first plan trains past the eval's forecast (replan)
+  bool eval_warned_ = false;  // the eval-does-not-fit warning is given once
   int64_t next_replan_ = 0;
 };
 

@@ -539,6 +539,53 @@ TEST_F(TrainerTest, TimeBudgetEndsARunWhoseStepsSlowDown) {
   EXPECT_EQ(s.last_snapshot, snapshot_path(o.out_dir + "/snapshots", 45));
 }
 
+// A budget whose final eval weighs: 64 cost units (a val and a train view of 192 pixels, 6 rays a
+// step), against `budget_s`.
+TrainerOptions eval_heavy_budget(TrainerOptions o, TestClock& clock, double budget_s) {
+  o = budget_options(o, clock);
+  o.time_budget_s = budget_s;
+  o.rays_per_step = 6;
+  o.eval_train_views = 1;
+  return o;
+}
+
+// The first steps 3x slower than the rest (a NeRF before it learns opacity renders every
+// marched sample): at their speed the final eval's forecast (64 cost units: 2 views of 192
+// pixels, 6 rays a step) is 192 s, more than the budget left at the first plan. That forecast
+// does not end the run; the second plan prices it from the steps after the first plan.
+TEST_F(TrainerTest, TimeBudgetFirstStepsDoNotEndTheRunOnTheirEvalForecast) {
+  TestClock clock;
+  clock.step_s = [](int64_t step) { return step < 15 ? 3.0 : 1.0; };
+  const TrainerOptions o = eval_heavy_budget(options(), clock, 200.0);
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  tick_per_step(trainer, clock);
+  const double eval_cost = trainer.eval_cost({3}) + trainer.eval_cost({0});
+  ASSERT_DOUBLE_EQ(eval_cost, 64.0);
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  // Step 10: 30 s elapsed, 3 s a step. Kept, the forecast (192 s) leaves nothing of 190 s: the
+  // run would end at step 11. Deferred, the plan is 60 steps, planned again at 59 from steps
+  // 10-58 (1.2 s a step): 78 steps, the eval forecast at 77 s. At 1 s a unit, with the eval's
+  // true 64 s, the run ends within the budget.
+  EXPECT_EQ(s.steps, 78);
+  EXPECT_LE(clock.now + eval_cost * 1.0, o.time_budget_s);
+}
+
+// A final eval that cannot fit the budget (64 s of a 60 s budget) ends the run at the second
+// plan, after the steps that fit without it, with a warning; not at the first plan's step 11.
+TEST_F(TrainerTest, TimeBudgetWithAnEvalLongerThanItTrainsTheStepsThatFitWithoutIt) {
+  TestClock clock;
+  DirectionMlp model;
+  Trainer trainer(*test::g_context, world(), model, *scene_, eval_heavy_budget(options(), clock, 60.0));
+  tick_per_step(trainer, clock);
+  const TrainSummary s = trainer.run();
+  EXPECT_TRUE(s.finished);
+  // Step 10: without the eval, 10 + floor(57 - 10) = 57 steps, planned again at step 56,
+  // where the eval (64 s) does not fit the 1 s left: the run ends there.
+  EXPECT_EQ(s.steps, 56);
+}
+
 // A resumed run keeps the plan and counts the time before its snapshot.
 TEST_F(TrainerTest, TimeBudgetResumesWithItsPlanAndItsTime) {
   TestClock first_clock;
