@@ -178,6 +178,21 @@ Session start_training(const Config& config, const FamilyRegistry& families,
   return session;
 }
 
+std::string snapshot_argument(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return path;
+  const fs::path nested = fs::path(path) / "snapshots";
+  const std::string dir = fs::is_directory(nested, error) ? nested.string() : path;
+  const auto found = find_latest_snapshot(dir, [](const std::string& message) {
+    std::cerr << "warning: skipping " << message << "\n";
+  });
+  if (!found)
+    throw UserError(path + ": no snapshot that validates in " + dir + " (give a snapshot file, "
+                    "a run folder or its snapshots/ folder)");
+  return *found;
+}
+
 Session restore_session(const std::string& snapshot, const std::vector<std::string>& overrides,
                         const FamilyRegistry& families) {
   Session session;

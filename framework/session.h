@@ -59,6 +59,11 @@ Session start_training(const Config& config, const FamilyRegistry& families,
 std::string resolve_resume(const std::string& resume, const std::string& snapshot_dir,
                            distributed::ProcessContext& context);
 
+// What `eval`, `render`, `sample`, `export` and `info` take for a snapshot: a snapshot file as
+// is; a run folder (RUN_DIR, or RUN_DIR/snapshots): its newest snapshot that validates (newer
+// damaged ones skipped with a warning on stderr). UserError when such a folder holds none.
+std::string snapshot_argument(const std::string& path);
+
 // A run restored from a snapshot for eval and render: the snapshot's own config (with
 // `overrides` applied, e.g. data.path when the dataset moved), on every rank, writing no files.
 // Checks the snapshot and its dataset before MPI starts (UserError, exit code 2).

@@ -5,6 +5,7 @@
 
 #include "distributed/errors.h"
 #include "framework/family.h"
+#include "framework/session.h"
 #include "framework/snapshot.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
@@ -13,11 +14,13 @@ namespace tessera::launch {
 
 namespace {
 
-int run_export(const ExportRequest& o) {
+int run_export(ExportRequest& o) {
   // One process does the work; under mpirun the other ranks have nothing to do.
   if (launcher_rank() != 0) return kExitOk;
   if (!std::filesystem::exists(o.snapshot))
-    throw UserError(o.snapshot + ": no such file (a snapshot is RUN_DIR/snapshots/step-*.h5)");
+    throw UserError(o.snapshot + ": no such file or folder (a snapshot is "
+                    "RUN_DIR/snapshots/step-*.h5; a run folder gives its newest)");
+  o.snapshot = snapshot_argument(o.snapshot);
   FamilyRegistry families;
   models::register_builtin_families(families);
   std::string model;
@@ -47,7 +50,8 @@ Command add_export_command(CLI::App& app) {
                 "its Gaussians as an INRIA .ply for the standard viewers; any world size); runs "
                 "without mpirun");
   sub->add_option("snapshot", o->snapshot,
-                  "A snapshot of a run (RUN_DIR/snapshots/step-NNNNNNNN.h5)")
+                  "A snapshot of a run (RUN_DIR/snapshots/step-NNNNNNNN.h5), or a run folder "
+                  "(RUN_DIR or its snapshots/): its newest snapshot that validates")
       ->required();
   sub->add_option("--ply", o->out,
                   "The .ply file to write (binary, INRIA layout, ordered by Gaussian id; written "

@@ -1,6 +1,8 @@
 // `tessera info FILE.h5`: a readable summary of a Tessera file: a dataset (what its reader
 // describes: a scene's cameras, sizes, bounds and points; a shape set's shapes and kinds) or a
-// snapshot (step, model, what its model family describes, config).
+// snapshot (step, model, what its model family describes, config); of a run folder, its newest
+// snapshot.
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -9,6 +11,7 @@
 #include "framework/data/scene.h"
 #include "framework/data/shapes.h"
 #include "framework/family.h"
+#include "framework/session.h"
 #include "framework/snapshot.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
@@ -98,9 +101,15 @@ Command add_info_command(CLI::App& app) {
               "sizes, intrinsics, bounds, near/far, alpha, points, size on disk), a shape set "
               "(shapes per split, points per shape, kinds) or a snapshot (step, model, world "
               "size, parameter counts, checksums, config)");
-  sub->add_option("file", *path, "The .h5 file to describe (a scene, a shape set or a snapshot)")
+  sub->add_option("file", *path,
+                  "The .h5 file to describe (a scene, a shape set or a snapshot), or a run folder "
+                  "(RUN_DIR or its snapshots/): its newest snapshot that validates")
       ->required();
   return {sub, [path] {
+            if (std::filesystem::is_directory(*path)) {
+              print_snapshot(snapshot_argument(*path), std::cout);
+              return kExitOk;
+            }
             if (check_format(*path) == kSnapshotFormat) {
               print_snapshot(*path, std::cout);
               return kExitOk;

@@ -29,12 +29,14 @@ struct SnapshotCommandOptions {
   SampleRequest sample;  // `tessera sample`
 };
 
-// The snapshot, or the file of --ply on the dataset of --scene.
-Session restore(const SnapshotCommandOptions& o) {
+// The snapshot (o.snapshot: a run folder becomes its newest snapshot), or the file of --ply on
+// the dataset of --scene.
+Session restore(SnapshotCommandOptions& o) {
   FamilyRegistry families;
   models::register_builtin_families(families);
   if (!o.ply.empty()) return import_session(o.ply, o.scene, o.overrides, families);
   if (o.snapshot.empty()) throw UserError("give a SNAPSHOT, or --ply FILE with --scene FILE.h5");
+  o.snapshot = snapshot_argument(o.snapshot);
   return restore_session(o.snapshot, o.overrides, families);
 }
 
@@ -44,7 +46,7 @@ data::Split parse_split(const std::string& name) {
   return data::Split::Test;
 }
 
-int run_eval(const SnapshotCommandOptions& o) {
+int run_eval(SnapshotCommandOptions& o) {
   const Session run = restore(o);
   const std::vector<std::string> splits =
       o.split.empty() ? std::vector<std::string>{"val", "test"} : std::vector<std::string>{o.split};
@@ -97,7 +99,7 @@ std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
   return cameras;
 }
 
-int run_render(const SnapshotCommandOptions& o) {
+int run_render(SnapshotCommandOptions& o) {
   const Session run = restore(o);
   const auto* scene = dynamic_cast<const data::SceneReader*>(run.dataset.get());
   if (!scene)
@@ -150,10 +152,13 @@ int run_sample(SnapshotCommandOptions& o) {
   return kExitOk;
 }
 
+constexpr const char* kSnapshotHelp =
+    "A snapshot (RUN_DIR/snapshots/step-*.h5), or a run folder (RUN_DIR or its snapshots/): its "
+    "newest snapshot that validates";
+
 void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
   auto* snapshot =
-      sub->add_option("snapshot", o.snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
-          ->check(CLI::ExistingFile);
+      sub->add_option("snapshot", o.snapshot, kSnapshotHelp)->check(CLI::ExistingPath);
   auto* ply = sub->add_option("--ply", o.ply,
                               "Instead of a snapshot: a model trained by any tool, e.g. the 3DGS "
                               "Gaussians of an INRIA-layout .ply (in the capture's coordinates, as "
@@ -210,9 +215,7 @@ Command add_sample_command(CLI::App& app) {
       "sample", "Draw samples from a generative model's snapshot (point-diffusion): one PLY point "
                 "cloud per sample, DIR/sample-NNNN.ply (run under mpirun to split the samples "
                 "across ranks; the samples do not depend on the number of ranks)");
-  sub->add_option("snapshot", o->snapshot, "A tessera-snapshot file (RUN_DIR/snapshots/step-*.h5)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  sub->add_option("snapshot", o->snapshot, kSnapshotHelp)->required()->check(CLI::ExistingPath);
   sub->add_option("--out", o->out, "Folder for the PLY files (created; must not hold samples)")
       ->required();
   o->sample.count = 16;
