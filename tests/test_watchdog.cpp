@@ -120,10 +120,13 @@ TEST_F(WatchdogTest, HealthyCheckAndRemovedHooksDoNotAbort) {
   EXPECT_EQ(aborts.load(), 0);
 }
 
+// The destructor ends the watchdog's thread without waiting for the 600 s timeout: a tenth of
+// it is a bound that no slow machine misses (TSan, oversubscribed ranks; the thread ticks every
+// 100 ms) and that a destructor waiting for the timeout cannot meet.
 TEST_F(WatchdogTest, DestructorStopsPromptly) {
   const auto start = std::chrono::steady_clock::now();
   { Watchdog dog(600.0); }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 using WatchdogDeathTest = WatchdogTest;
