@@ -145,6 +145,39 @@ TEST(Normalization, ForwardFacingCaptureFallsBackToTheMeanCameraCenter) {
   EXPECT_TRUE(scene.meta.unbounded());
 }
 
+// Forward-facing with SfM points (LLFF's fern, a COLMAP phone capture): a short baseline before a
+// deep scene. The center is the points' median, not the cameras', so that what the cameras look
+// at lands in the foreground box instead of far out in contracted space.
+TEST(Normalization, ForwardFacingCaptureWithPointsCentersOnThem) {
+  TempDir tmp;
+  std::vector<Matrix4> poses;  // a 1-unit baseline, looking along -y at content 20 units away
+  for (int i = 0; i < 6; ++i)
+    poses.push_back(look_at_gl({0.2 * i, 4.0, 0.5}, {0.2 * i, -10.0, 0.5}));
+  const Vec3 content = {0.5, -16.0, 0.5};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> spread(-2.0f, 2.0f);
+  torch::Tensor xyz = torch::empty({200, 3});
+  for (int64_t k = 0; k < xyz.size(0); ++k)
+    for (int a = 0; a < 3; ++a) xyz[k][a] = static_cast<float>(content[a]) + spread(rng);
+  xyz[0] = torch::tensor({0.5f, -400.0f, 0.5f});  // a stray point of the far background
+  fs::create_directories(tmp / "ff");
+  data::write_ply_points(tmp / "ff/points.ply", xyz, torch::full({200, 3}, 128, torch::kUInt8));
+  write_capture(tmp / "ff", poses, {{"ply_file_path", "points.ply"}});
+  const auto scene = data::read_source(tmp / "ff");
+  const torch::Tensor median = std::get<0>(xyz.to(torch::kFloat64).median(0));
+  const Vec3 center = to_world(scene.meta, {median[0].item<double>(), median[1].item<double>(),
+                                            median[2].item<double>()});
+  for (int a = 0; a < 3; ++a) EXPECT_NEAR(center[a], 0.0, 1e-6) << "axis " << a;
+  // The cameras at the canonical 2.6 from it, the content within the foreground box.
+  std::vector<double> d;
+  for (const Camera& c : scene.cameras) d.push_back(norm(center_of(c)));
+  std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+  EXPECT_NEAR(d[d.size() / 2], 2.6, 1e-6);
+  const Vec3 middle = to_world(scene.meta, content);
+  for (int a = 0; a < 3; ++a) EXPECT_LT(std::abs(middle[a]), 0.5) << "axis " << a;
+  EXPECT_TRUE(scene.meta.unbounded());
+}
+
 TEST(Normalization, InstantNgpScaleOffsetAndAabbScaleKeepTheirMeaning) {
   TempDir tmp;
   const auto poses = ring_around({0, 0, 0}, 4.0, 5);

@@ -30,7 +30,7 @@ constexpr double kCanonicalCameraDistance = 2.6;
 constexpr double kUnboundedExtent = 16.0;
 // Axes that converge: the smallest eigenvalue of sum(I - d d^T) / n above this (about the
 // 1 - cos^2 of a 13 degree spread) marks an object capture; parallel axes (forward-facing) fall
-// back to the mean camera center.
+// back to the SfM points' median, or without points to the mean camera center.
 constexpr double kMinAxisSpread = 0.05;
 // Near plane of an unbounded capture as a fraction of the camera distance: close enough for
 // anything in front of the lens that matters, far enough to keep the first steps meaningful.
@@ -181,6 +181,7 @@ Normalization normalization_for(
     const double spread =
         torch::linalg_eigvalsh(am).min().item<double>() / static_cast<double>(count);
     double center[3] = {mean[0], mean[1], mean[2]};
+    bool converged = false;
     if (spread > kMinAxisSpread) {
       const torch::Tensor focus =
           torch::linalg_solve(am, torch::from_blob(b, {3, 1}, torch::kFloat64).clone(), true);
@@ -191,8 +192,27 @@ Normalization normalization_for(
                     (focus[1][0].item<double>() - m[7]) * m[6] +
                     (focus[2][0].item<double>() - m[11]) * m[10];
       }
-      if (in_front > 0)
+      if (in_front > 0) {
         for (int i = 0; i < 3; ++i) center[i] = focus[i][0].item<double>();
+        converged = true;
+      }
+    }
+    if (!converged && points_xyz.defined() && points_xyz.size(0) > 0) {
+      // Forward-facing: what the cameras look at is where their SfM points are, not where the
+      // cameras stand. Around the cameras' own center, a short baseline against a deep scene
+      // (LLFF's fern: the content ~20 baselines out) would put all of it far outside the
+      // foreground box, in contracted space. The points' median (per axis, robust to stray
+      // points and to the far background), when it lies ahead of the cameras on average.
+      const torch::Tensor median = std::get<0>(points_xyz.to(torch::kFloat64).median(0));
+      double ahead = 0;
+      for (const Camera& camera : cameras) {
+        const auto& m = camera.camera_to_world;
+        ahead += (median[0].item<double>() - m[3]) * m[2] +
+                 (median[1].item<double>() - m[7]) * m[6] +
+                 (median[2].item<double>() - m[11]) * m[10];
+      }
+      if (ahead > 0)
+        for (int i = 0; i < 3; ++i) center[i] = median[i].item<double>();
     }
     std::vector<double> distances;
     for (const Camera& camera : cameras) {
