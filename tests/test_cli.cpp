@@ -505,8 +505,9 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
 }
 
 // The third family end to end: shapes from `synth`, `train` on 2 ranks, `eval` of its snapshot
-// (the denoising loss and the generative metrics), `sample` to PLY files (refused a second time
-// into the same folder), and `render`, which has no camera to render, refused.
+// (the denoising loss and the generative metrics) and of its run folder, `sample` to PLY files
+// (refused a second time into the same folder), and `render`, which has no camera to render,
+// refused.
 TEST_F(CliTest, PointDiffusionTrainsOnTwoRanksAndItsSnapshotEvaluates) {
   const std::string shapes = temp_dir_ + "/shapes.h5";
   const std::string out_dir = temp_dir_ + "/diffusion";
@@ -534,6 +535,19 @@ TEST_F(CliTest, PointDiffusionTrainsOnTwoRanksAndItsSnapshotEvaluates) {
   EXPECT_TRUE(contains(eval.out, "\"val\":{\"1nna\":")) << describe(eval);
   for (const char* key : {"\"denoise_loss\":", "\"mmd\":", "\"cov\":", "\"shapes\":2"})
     EXPECT_TRUE(contains(eval.out, key)) << key << " missing: " << describe(eval);
+  // A run folder, or its snapshots/, stands for its newest snapshot; a folder without one is
+  // refused (exit 2).
+  const CommandResult info = tessera({"info", out_dir});
+  ASSERT_EQ(info.exit_code, 0) << describe(info);
+  EXPECT_TRUE(contains(info.out, snapshot + ": ")) << describe(info);
+  const CommandResult by_folder = tessera({"eval", out_dir + "/snapshots", "--split", "val"});
+  ASSERT_EQ(by_folder.exit_code, 0) << describe(by_folder);
+  EXPECT_TRUE(contains(by_folder.out, "\"snapshot\":\"" + snapshot + "\"")) << describe(by_folder);
+  fs::create_directories(temp_dir_ + "/empty_run");
+  const CommandResult empty = tessera({"eval", temp_dir_ + "/empty_run"});
+  EXPECT_EQ(empty.exit_code, 2) << describe(empty);
+  EXPECT_TRUE(contains(empty.err, "no snapshot that validates in " + temp_dir_ + "/empty_run"))
+      << describe(empty);
   const std::string samples = temp_dir_ + "/samples";
   const std::vector<std::string> sample_args = {"sample", snapshot, "--out", samples, "--count",
                                                 "3", "--steps", "5", "--sampler", "ddpm"};

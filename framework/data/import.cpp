@@ -255,6 +255,13 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
       throw UserError(parsed.path + ": the cameras and points are too far apart to normalize (the "
                       "scale to the canonical box comes out as " + std::to_string(n.scale) +
                       "); check the poses and points for huge coordinates");
+    const bool finite = std::isfinite(n.near) && std::isfinite(n.far) &&
+                        std::all_of(n.extent.begin(), n.extent.end(),
+                                    [](double v) { return std::isfinite(v); });
+    if (options.normalize && !finite)
+      throw UserError(parsed.path + ": the cameras and points are too far apart to normalize (the "
+                      "box that holds them or its near/far comes out non-finite); check the poses "
+                      "and points for huge coordinates");
     apply_normalization(n, scene.cameras, scene.points_xyz);
     meta.scene_bounds = n.bounds;
     meta.scene_extent = n.extent;

@@ -112,8 +112,9 @@ void validate_meta(const SceneMeta& meta, const std::string& origin) {
            number(meta.scene_bounds[axis + 3]) + " (order: xmin, ymin, zmin, xmax, ymax, zmax)");
   if (!std::isfinite(meta.near) || !std::isfinite(meta.far) || meta.near < 0 ||
       meta.far <= meta.near)
-    fail("near = " + number(meta.near) + ", far = " + number(meta.far) +
-         " (need 0 <= near < far)");
+    fail("near = " + number(meta.near) + ", far = " + number(meta.far) + " (" +
+         (std::isfinite(meta.near) && std::isfinite(meta.far) ? "" : "non-finite; ") +
+         "need 0 <= near < far)");
   for (double v : meta.background)
     if (!(v >= 0 && v <= 1))
       fail("background has " + number(v) + " (each of R, G, B must be in [0, 1])");
