@@ -136,7 +136,7 @@ void TrainingRun::replan(int64_t done) {
   const double eval_s = measured[2].item<double>();
   const double snapshot_s = measured[3].item<double>();
   const double forecast_s = eval_s >= 0 ? eval_s : eval_cost_ * seconds_per_cost_;
-  state.reserve_s = std::max(0.0, forecast_s) + std::max(0.0, snapshot_s);
+  state.reserve_s = budget_reserve(eval_s, snapshot_s);  // forecast_deferred_ is reset above
   int64_t steps = steps_within_budget(state);
   if (plans_ == 1) {
     // The first plan's steps are the model's first: a NeRF has learned no opacity yet, so every
@@ -148,7 +148,7 @@ void TrainingRun::replan(int64_t done) {
     // forecast either until then.) Whatever the eval, these steps' times are not kept.
     if (eval_s < 0) {
       BudgetState unreserved = state;
-      unreserved.reserve_s = std::max(0.0, snapshot_s);
+      unreserved.reserve_s = budget_reserve(0.0, snapshot_s);
       const int64_t deferred = std::min(steps_within_budget(unreserved), next_replan_);
       if (deferred > steps) {
         steps = deferred;

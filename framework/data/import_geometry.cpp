@@ -44,6 +44,17 @@ std::array<double, 3> center_of(const Camera& camera) {
   return {m[3], m[7], m[11]};
 }
 
+// Whether `point` lies ahead of the cameras on average: the sum of its depths along their
+// optical axes (OpenCV: +z looks) is positive.
+bool ahead_of_cameras(const std::vector<Camera>& cameras, const std::array<double, 3>& point) {
+  double depth = 0;
+  for (const Camera& camera : cameras) {
+    const auto& m = camera.camera_to_world;
+    depth += (point[0] - m[3]) * m[2] + (point[1] - m[7]) * m[6] + (point[2] - m[11]) * m[10];
+  }
+  return depth > 0;
+}
+
 }  // namespace
 
 const char* to_string(SourceFormat format) {
@@ -185,15 +196,10 @@ Normalization normalization_for(
     if (spread > kMinAxisSpread) {
       const torch::Tensor focus =
           torch::linalg_solve(am, torch::from_blob(b, {3, 1}, torch::kFloat64).clone(), true);
-      double in_front = 0;  // the focus must lie ahead of the cameras (on average)
-      for (const Camera& camera : cameras) {
-        const auto& m = camera.camera_to_world;
-        in_front += (focus[0][0].item<double>() - m[3]) * m[2] +
-                    (focus[1][0].item<double>() - m[7]) * m[6] +
-                    (focus[2][0].item<double>() - m[11]) * m[10];
-      }
-      if (in_front > 0) {
-        for (int i = 0; i < 3; ++i) center[i] = focus[i][0].item<double>();
+      const std::array<double, 3> point = {focus[0][0].item<double>(), focus[1][0].item<double>(),
+                                           focus[2][0].item<double>()};
+      if (ahead_of_cameras(cameras, point)) {  // the focus must lie ahead of the cameras
+        for (int i = 0; i < 3; ++i) center[i] = point[i];
         converged = true;
       }
     }
@@ -204,15 +210,10 @@ Normalization normalization_for(
       // foreground box, in contracted space. The points' median (per axis, robust to stray
       // points and to the far background), when it lies ahead of the cameras on average.
       const torch::Tensor median = std::get<0>(points_xyz.to(torch::kFloat64).median(0));
-      double ahead = 0;
-      for (const Camera& camera : cameras) {
-        const auto& m = camera.camera_to_world;
-        ahead += (median[0].item<double>() - m[3]) * m[2] +
-                 (median[1].item<double>() - m[7]) * m[6] +
-                 (median[2].item<double>() - m[11]) * m[10];
-      }
-      if (ahead > 0)
-        for (int i = 0; i < 3; ++i) center[i] = median[i].item<double>();
+      const std::array<double, 3> point = {median[0].item<double>(), median[1].item<double>(),
+                                           median[2].item<double>()};
+      if (ahead_of_cameras(cameras, point))
+        for (int i = 0; i < 3; ++i) center[i] = point[i];
     }
     std::vector<double> distances;
     for (const Camera& camera : cameras) {
