@@ -526,12 +526,15 @@ launch/gpu-check .gpu-bundle /tmp/gc --dry-run    # here: every step up to the f
   several); `bench-nerf` (`tessera bench nerf` throughput in fp32, bf16, fp16);
   `bench-checkpoint` (checkpoint policies and accumulation: step time and caching-allocator
   peak); `bench-gaussians-1m`, `bench-gaussians-10m` (`tessera bench gaussians --device cuda`);
-  `bench-diffusion` (fp32, bf16); `sanitizer` (compute-sanitizer memcheck, then racecheck, over
-  the kernels' CUDA cases, while at least 60 s are left). Each bench step runs even when an
-  earlier one failed.
+  `bench-diffusion` (fp32, bf16); `train` (the three demos of `launch/demo` on CUDA, one rank:
+  synth, then `tessera train` of each `configs/demo_*.toml`, with each run's time and final eval
+  record); `sanitizer` (compute-sanitizer memcheck, then racecheck, over the kernels' CUDA cases,
+  while at least 60 s are left; `--sanitizer-tools` picks others). Each bench step runs even when
+  an earlier one failed. `--only tests,train,...` runs a subset after `cases`, for a second call
+  within a short device lease.
 - `OUT_DIR` gets at most the 8 files the device tool brings back: `summary.md`, `summary.json`,
   `tests-cuda.txt`, `bench-nerf-cuda.jsonl`, `bench-gaussians-cuda.jsonl`,
-  `bench-diffusion-cuda.jsonl` and `details.tar.gz` (every step's log, each binary's JUnit XML).
+  `bench-diffusion-cuda.jsonl`, `train-cuda.txt` and `details.tar.gz` (every step's log, each binary's JUnit XML).
   Exit 0 when every step passed, 1 when one failed, 2 on bad arguments or an incomplete bundle.
 - `--dry-run` does `env`, `bundle`, `unpack` (into a temporary prefix), `libs` and `cases` here,
   then stops before `tests`. `launch/bench-report --gpu-results OUT_DIR` puts a GPU run's summary
@@ -611,6 +614,11 @@ def main():
     if os.path.exists(captures):
         doc += [open(captures).read().strip(), ""]
     doc.append(GPU_SECTION)
+    # Figures of the GPU machine, lent now and then for minutes: measured by launch/gpu-check runs
+    # and written up by hand in docs/performance/gpu.md, included as they are.
+    gpu = os.path.join(doc_dir, "performance", "gpu.md")
+    if os.path.exists(gpu):
+        doc += [open(gpu).read().strip(), ""]
     if a.gpu_results:
         summary = os.path.join(a.gpu_results, "summary.md")
         text = open(summary).read()

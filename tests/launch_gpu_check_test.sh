@@ -23,7 +23,7 @@ check="$root/launch/gpu-check"
 prepare="$root/launch/gpu-check-prepare"
 
 expect 0 "bench-gaussians-10m" -- "$check" --help
-for s in env bundle unpack libs cases tests bench-nerf bench-checkpoint bench-diffusion sanitizer; do
+for s in env bundle unpack libs cases tests bench-nerf bench-checkpoint bench-diffusion train sanitizer; do
   "$check" --help | grep -qE "^  $s( |$)" || { echo "FAIL: --help does not describe step $s"; failures=$((failures + 1)); }
 done
 expect 2 "BUNDLE and OUT_DIR are required" -- "$check"
@@ -32,6 +32,9 @@ expect 2 "unknown option '--bogus'" -- "$check" "$tmp" "$tmp/out" --bogus
 expect 2 "too many arguments" -- "$check" "$tmp" "$tmp/out" extra
 expect 2 "no bundle folder" -- "$check" "$tmp/missing" "$tmp/out"
 expect 2 "budget must be an integer >= 60" -- "$check" "$tmp" "$tmp/out" --budget 10
+expect 2 "--only: unknown step 'bogus'" -- "$check" "$tmp" "$tmp/out" --only tests,bogus
+expect 2 "--sanitizer-tools: unknown tool 'bogus'" -- "$check" "$tmp" "$tmp/out" --sanitizer-tools memcheck,bogus
+expect 2 "--only needs a value" -- "$check" "$tmp" "$tmp/out" --only
 mkdir -p "$tmp/empty"
 expect 2 "bundle is incomplete|summary" -- "$check" "$tmp/empty" "$tmp/out" --dry-run
 if ! grep -q "stopped: the bundle is incomplete" "$tmp/out/summary.md" 2>/dev/null; then

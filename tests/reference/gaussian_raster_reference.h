@@ -32,8 +32,10 @@ inline ReferenceRaster reference_rasterize(
     const torch::Tensor& depths,      // [N]
     int64_t width, int64_t height, int64_t tile_size,
     const torch::Tensor& tile_mask = {}) {  // [T] bool or undefined
+  // Every tensor on means2d's device, so the CUDA tests run the reference where the kernel runs.
   const auto opts = means2d.options();
-  const auto f64 = torch::dtype(torch::kFloat64);
+  const auto f64 = opts.dtype(torch::kFloat64);
+  const auto i64 = opts.dtype(torch::kInt64);
   const int64_t n = means2d.size(0), channels = colors.size(1);
   const int64_t tiles_x = (width + tile_size - 1) / tile_size;
   const int64_t tiles_y = (height + tile_size - 1) / tile_size;
@@ -59,8 +61,8 @@ inline ReferenceRaster reference_rasterize(
   const torch::Tensor y0 = bound(my - r, tiles_y), y1 = bound(my + r + ts - 1.0, tiles_y);
 
   // Pixels, row-major, with their tiles.
-  const torch::Tensor rows = torch::arange(height, torch::kInt64).repeat_interleave(width);
-  const torch::Tensor cols = torch::arange(width, torch::kInt64).repeat({height});
+  const torch::Tensor rows = torch::arange(height, i64).repeat_interleave(width);
+  const torch::Tensor cols = torch::arange(width, i64).repeat({height});
   const torch::Tensor tx = (cols / tile_size).floor().to(torch::kInt64).unsqueeze(1);  // [P, 1]
   const torch::Tensor ty = (rows / tile_size).floor().to(torch::kInt64).unsqueeze(1);
   torch::Tensor member = (x0.unsqueeze(0) <= tx) & (tx < x1.unsqueeze(0)) &
@@ -102,7 +104,7 @@ inline ReferenceRaster reference_rasterize(
   const torch::Tensor position = torch::cumsum(member.to(torch::kInt64), 1);
   out.last_ids = n > 0 ? (position * active.to(torch::kInt64)).amax(1).to(torch::kInt32)
                              .view({height, width})
-                       : torch::zeros({height, width}, torch::kInt32);
+                       : torch::zeros({height, width}, opts.dtype(torch::kInt32));
   return out;
 }
 
