@@ -2,8 +2,7 @@
 // splatting, the local-affine projection of INRIA 3DGS and gsplat), with culling and radii.
 #pragma once
 
-#include <torch/autograd.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -31,10 +30,10 @@ constexpr double kDefaultEps2d = 0.3;
 //   z < near_plane or z > far_plane;  det <= 0;  the bounding circle entirely off the image:
 //   u + r <= 0 or u - r >= width or v + r <= 0 or v - r >= height (r the integer radius).
 struct ProjectionOutput {
-  torch::Tensor radii;    // [N]    int32, 0 = culled; not differentiable
-  torch::Tensor means2d;  // [N, 2] pixel coordinates (u, v)
-  torch::Tensor depths;   // [N]    camera-space z
-  torch::Tensor conics;   // [N, 3] (A, B, C) of the inverse blurred 2D covariance [[A, B], [B, C]]
+  at::Tensor radii;    // [N]    int32, 0 = culled; not differentiable
+  at::Tensor means2d;  // [N, 2] pixel coordinates (u, v)
+  at::Tensor depths;   // [N]    camera-space z
+  at::Tensor conics;   // [N, 3] (A, B, C) of the inverse blurred 2D covariance [[A, B], [B, C]]
 };
 
 // The differentiable op. Dispatches to the CPU or the CUDA implementation by the inputs' device.
@@ -45,10 +44,10 @@ struct ProjectionOutput {
 // Gradients flow to means, quats and scales from means2d, depths and conics. viewmat and the
 // intrinsics get no gradient: passing viewmat with requires_grad (in grad mode) is an error.
 ProjectionOutput project_gaussians(
-    const torch::Tensor& means,    // [N, 3] world-space centres
-    const torch::Tensor& quats,    // [N, 4] rotations (w, x, y, z), not necessarily unit
-    const torch::Tensor& scales,   // [N, 3] standard deviations along the rotated axes, > 0
-    const torch::Tensor& viewmat,  // [4, 4] world -> camera (OpenCV)
+    const at::Tensor& means,    // [N, 3] world-space centres
+    const at::Tensor& quats,    // [N, 4] rotations (w, x, y, z), not necessarily unit
+    const at::Tensor& scales,   // [N, 3] standard deviations along the rotated axes, > 0
+    const at::Tensor& viewmat,  // [4, 4] world -> camera (OpenCV)
     double fx, double fy, double cx, double cy, int64_t width, int64_t height,
     double near_plane = kDefaultNearPlane, double far_plane = kDefaultFarPlane,
     double eps2d = kDefaultEps2d);
@@ -60,28 +59,11 @@ struct ProjectionCamera {
   double near_plane = kDefaultNearPlane, far_plane = kDefaultFarPlane, eps2d = kDefaultEps2d;
 };
 
-// The autograd wrapper behind project_gaussians. Outputs, in order: radii, means2d, depths,
-// conics. Saved for backward: the inputs and radii (the cull decision); everything else is
-// recomputed per Gaussian in backward.
-class ProjectGaussiansFunction : public torch::autograd::Function<ProjectGaussiansFunction> {
- public:
-  static torch::autograd::variable_list forward(
-      torch::autograd::AutogradContext* ctx,
-      const torch::Tensor& means,    // [N, 3]
-      const torch::Tensor& quats,    // [N, 4]
-      const torch::Tensor& scales,   // [N, 3]
-      const torch::Tensor& viewmat,  // [4, 4]
-      double fx, double fy, double cx, double cy, int64_t width, int64_t height,
-      double near_plane, double far_plane, double eps2d);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs);
-};
-
 // Gradients of the backward pass.
 struct ProjectionGrads {
-  torch::Tensor v_means;   // [N, 3]
-  torch::Tensor v_quats;   // [N, 4]
-  torch::Tensor v_scales;  // [N, 3]
+  at::Tensor v_means;   // [N, 3]
+  at::Tensor v_quats;   // [N, 4]
+  at::Tensor v_scales;  // [N, 3]
 };
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -92,25 +74,25 @@ struct ProjectionGrads {
 namespace cpu {
 ProjectionOutput project_gaussians_fwd(
     // forward inputs
-    const torch::Tensor& means,    // [N, 3]
-    const torch::Tensor& quats,    // [N, 4]
-    const torch::Tensor& scales,   // [N, 3]
-    const torch::Tensor& viewmat,  // [4, 4]
+    const at::Tensor& means,    // [N, 3]
+    const at::Tensor& quats,    // [N, 4]
+    const at::Tensor& scales,   // [N, 3]
+    const at::Tensor& viewmat,  // [4, 4]
     const ProjectionCamera& camera);
 
 ProjectionGrads project_gaussians_bwd(
     // forward inputs
-    const torch::Tensor& means,      // [N, 3]
-    const torch::Tensor& quats,      // [N, 4]
-    const torch::Tensor& scales,     // [N, 3]
-    const torch::Tensor& viewmat,    // [4, 4]
+    const at::Tensor& means,      // [N, 3]
+    const at::Tensor& quats,      // [N, 4]
+    const at::Tensor& scales,     // [N, 3]
+    const at::Tensor& viewmat,    // [4, 4]
     const ProjectionCamera& camera,
     // forward outputs
-    const torch::Tensor& radii,      // [N] int32
+    const at::Tensor& radii,      // [N] int32
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_means2d,  // [N, 2]
-    const torch::Tensor& v_depths,   // [N]
-    const torch::Tensor& v_conics);  // [N, 3]
+    const at::Tensor& v_means2d,  // [N, 2]
+    const at::Tensor& v_depths,   // [N]
+    const at::Tensor& v_conics);  // [N, 3]
 }  // namespace cpu
 
 namespace cuda {
@@ -118,25 +100,25 @@ namespace cuda {
 // stream.
 ProjectionOutput project_gaussians_fwd(
     // forward inputs
-    const torch::Tensor& means,    // [N, 3]
-    const torch::Tensor& quats,    // [N, 4]
-    const torch::Tensor& scales,   // [N, 3]
-    const torch::Tensor& viewmat,  // [4, 4]
+    const at::Tensor& means,    // [N, 3]
+    const at::Tensor& quats,    // [N, 4]
+    const at::Tensor& scales,   // [N, 3]
+    const at::Tensor& viewmat,  // [4, 4]
     const ProjectionCamera& camera);
 
 ProjectionGrads project_gaussians_bwd(
     // forward inputs
-    const torch::Tensor& means,      // [N, 3]
-    const torch::Tensor& quats,      // [N, 4]
-    const torch::Tensor& scales,     // [N, 3]
-    const torch::Tensor& viewmat,    // [4, 4]
+    const at::Tensor& means,      // [N, 3]
+    const at::Tensor& quats,      // [N, 4]
+    const at::Tensor& scales,     // [N, 3]
+    const at::Tensor& viewmat,    // [4, 4]
     const ProjectionCamera& camera,
     // forward outputs
-    const torch::Tensor& radii,      // [N] int32
+    const at::Tensor& radii,      // [N] int32
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_means2d,  // [N, 2]
-    const torch::Tensor& v_depths,   // [N]
-    const torch::Tensor& v_conics);  // [N, 3]
+    const at::Tensor& v_means2d,  // [N, 2]
+    const at::Tensor& v_depths,   // [N]
+    const at::Tensor& v_conics);  // [N, 3]
 }  // namespace cuda
 
 }  // namespace tessera::kernels

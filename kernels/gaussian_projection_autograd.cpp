@@ -49,6 +49,23 @@ constexpr const char* kCameraKeys[] = {"fx", "fy", "cx", "cy", "near", "far", "e
 
 }  // namespace
 
+// The autograd wrapper behind project_gaussians. Outputs, in order: radii, means2d, depths,
+// conics. Saved for backward: the inputs and radii (the cull decision); everything else is
+// recomputed per Gaussian in backward.
+class ProjectGaussiansFunction : public torch::autograd::Function<ProjectGaussiansFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx,
+      const torch::Tensor& means,    // [N, 3]
+      const torch::Tensor& quats,    // [N, 4]
+      const torch::Tensor& scales,   // [N, 3]
+      const torch::Tensor& viewmat,  // [4, 4]
+      double fx, double fy, double cx, double cy, int64_t width, int64_t height,
+      double near_plane, double far_plane, double eps2d);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
 torch::autograd::variable_list ProjectGaussiansFunction::forward(
     torch::autograd::AutogradContext* ctx, const torch::Tensor& means, const torch::Tensor& quats,
     const torch::Tensor& scales, const torch::Tensor& viewmat, double fx, double fy, double cx,

@@ -2,8 +2,7 @@
 // an image (3D Gaussian Splatting, as in INRIA 3DGS and gsplat), differentiable.
 #pragma once
 
-#include <torch/autograd.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -25,10 +24,10 @@ namespace tessera::kernels {
 // The constants and the per-pair math live in kernels/gaussian_raster_math.h (raster::).
 // Pixels of tiles with an empty list (no Gaussian, or masked out at binning) get the background.
 struct RasterizeOutput {
-  torch::Tensor colors;         // [H, W, C] composited over the background (differentiable)
-  torch::Tensor alphas;         // [H, W]    1 - T_final (differentiable)
-  torch::Tensor last_ids;       // [H, W]    int32, entries of the tile list up to the last added
-  torch::Tensor transmittance;  // [H, W]    T_final, exactly (alphas = 1 - it, rounded); saved
+  at::Tensor colors;         // [H, W, C] composited over the background (differentiable)
+  at::Tensor alphas;         // [H, W]    1 - T_final (differentiable)
+  at::Tensor last_ids;       // [H, W]    int32, entries of the tile list up to the last added
+  at::Tensor transmittance;  // [H, W]    T_final, exactly (alphas = 1 - it, rounded); saved
                                 //           for backward, not differentiable
 };
 
@@ -46,54 +45,28 @@ struct RasterizeOutput {
 // Backward recomputes each pixel's state from T_final and last_ids walking back to front
 // (gsplat style); nothing per pixel and Gaussian is stored.
 RasterizeOutput rasterize_gaussians(
-    const torch::Tensor& means2d,       // [N, 2] pixel coordinates (x, y)
-    const torch::Tensor& conics,        // [N, 3] (a, b, c) of the inverse 2D covariance
-    const torch::Tensor& colors,        // [N, C] C >= 1
-    const torch::Tensor& opacities,     // [N]    activated, in [0, 1]
-    const torch::Tensor& background,    // [C]    or undefined (zeros)
-    const torch::Tensor& tile_offsets,  // [T + 1] int64, from bin_gaussians
-    const torch::Tensor& gaussian_ids,  // [M]     int64, from bin_gaussians
+    const at::Tensor& means2d,       // [N, 2] pixel coordinates (x, y)
+    const at::Tensor& conics,        // [N, 3] (a, b, c) of the inverse 2D covariance
+    const at::Tensor& colors,        // [N, C] C >= 1
+    const at::Tensor& opacities,     // [N]    activated, in [0, 1]
+    const at::Tensor& background,    // [C]    or undefined (zeros)
+    const at::Tensor& tile_offsets,  // [T + 1] int64, from bin_gaussians
+    const at::Tensor& gaussian_ids,  // [M]     int64, from bin_gaussians
     int64_t width, int64_t height, int64_t tile_size = kDefaultTileSize);
 
 // ||(v_x * width / 2, v_y * height / 2)|| per Gaussian: the norm of the screen-space gradient in
 // NDC units, the quantity INRIA 3DGS compares with densify_grad_threshold (gsplat's
 // DefaultStrategy rescales the same way). v_means2d is means2d.grad().
-inline torch::Tensor densify_grad_norm(const torch::Tensor& v_means2d,  // [N, 2]
-                                       int64_t width, int64_t height) {
-  const torch::Tensor scale = torch::tensor({0.5 * static_cast<double>(width),
-                                             0.5 * static_cast<double>(height)},
-                                            v_means2d.options());
-  return (v_means2d * scale).norm(2, {1});  // [N]
-}
-
-// The autograd wrapper behind rasterize_gaussians. Outputs, in order: colors, alphas, last_ids,
-// transmittance. Saved for backward: the inputs, last_ids and transmittance (per pixel only).
-// Function::apply takes no undefined tensors, so rasterize_gaussians passes zeros [C] (no
-// gradient) for a missing background.
-class RasterizeGaussiansFunction
-    : public torch::autograd::Function<RasterizeGaussiansFunction> {
- public:
-  static torch::autograd::variable_list forward(
-      torch::autograd::AutogradContext* ctx,
-      const torch::Tensor& means2d,       // [N, 2]
-      const torch::Tensor& conics,        // [N, 3]
-      const torch::Tensor& colors,        // [N, C]
-      const torch::Tensor& opacities,     // [N]
-      const torch::Tensor& background,    // [C]
-      const torch::Tensor& tile_offsets,  // [T + 1]
-      const torch::Tensor& gaussian_ids,  // [M]
-      int64_t width, int64_t height, int64_t tile_size);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs);
-};
+at::Tensor densify_grad_norm(const at::Tensor& v_means2d,  // [N, 2]
+                                int64_t width, int64_t height);
 
 // Gradients of the backward pass.
 struct RasterizeGrads {
-  torch::Tensor v_means2d;     // [N, 2] screen-space gradient (see densification above)
-  torch::Tensor v_conics;      // [N, 3]
-  torch::Tensor v_colors;      // [N, C]
-  torch::Tensor v_opacities;   // [N]
-  torch::Tensor v_background;  // [C], undefined when background is undefined
+  at::Tensor v_means2d;     // [N, 2] screen-space gradient (see densification above)
+  at::Tensor v_conics;      // [N, 3]
+  at::Tensor v_colors;      // [N, C]
+  at::Tensor v_opacities;   // [N]
+  at::Tensor v_background;  // [C], undefined when background is undefined
 };
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -107,31 +80,31 @@ namespace cpu {
 // atomics, and bitwise identical results for any thread count.
 RasterizeOutput rasterize_gaussians_fwd(
     // forward inputs
-    const torch::Tensor& means2d,       // [N, 2]
-    const torch::Tensor& conics,        // [N, 3]
-    const torch::Tensor& colors,        // [N, C]
-    const torch::Tensor& opacities,     // [N]
-    const torch::Tensor& background,    // [C] or undefined
-    const torch::Tensor& tile_offsets,  // [T + 1] int64
-    const torch::Tensor& gaussian_ids,  // [M] int64
+    const at::Tensor& means2d,       // [N, 2]
+    const at::Tensor& conics,        // [N, 3]
+    const at::Tensor& colors,        // [N, C]
+    const at::Tensor& opacities,     // [N]
+    const at::Tensor& background,    // [C] or undefined
+    const at::Tensor& tile_offsets,  // [T + 1] int64
+    const at::Tensor& gaussian_ids,  // [M] int64
     int64_t width, int64_t height, int64_t tile_size);
 
 RasterizeGrads rasterize_gaussians_bwd(
     // forward inputs
-    const torch::Tensor& means2d,        // [N, 2]
-    const torch::Tensor& conics,         // [N, 3]
-    const torch::Tensor& colors,         // [N, C]
-    const torch::Tensor& opacities,      // [N]
-    const torch::Tensor& background,     // [C] or undefined
-    const torch::Tensor& tile_offsets,   // [T + 1] int64
-    const torch::Tensor& gaussian_ids,   // [M] int64
+    const at::Tensor& means2d,        // [N, 2]
+    const at::Tensor& conics,         // [N, 3]
+    const at::Tensor& colors,         // [N, C]
+    const at::Tensor& opacities,      // [N]
+    const at::Tensor& background,     // [C] or undefined
+    const at::Tensor& tile_offsets,   // [T + 1] int64
+    const at::Tensor& gaussian_ids,   // [M] int64
     int64_t width, int64_t height, int64_t tile_size,
     // forward outputs
-    const torch::Tensor& last_ids,       // [H, W] int32
-    const torch::Tensor& transmittance,  // [H, W]
+    const at::Tensor& last_ids,       // [H, W] int32
+    const at::Tensor& transmittance,  // [H, W]
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_colors,       // [H, W, C]
-    const torch::Tensor& v_alphas);      // [H, W]
+    const at::Tensor& v_colors,       // [H, W, C]
+    const at::Tensor& v_alphas);      // [H, W]
 }  // namespace cpu
 
 namespace cuda {
@@ -140,31 +113,31 @@ namespace cuda {
 // backward adds per-Gaussian gradients with atomicAdd (equal to the CPU up to reassociation).
 RasterizeOutput rasterize_gaussians_fwd(
     // forward inputs
-    const torch::Tensor& means2d,       // [N, 2]
-    const torch::Tensor& conics,        // [N, 3]
-    const torch::Tensor& colors,        // [N, C]
-    const torch::Tensor& opacities,     // [N]
-    const torch::Tensor& background,    // [C] or undefined
-    const torch::Tensor& tile_offsets,  // [T + 1] int64
-    const torch::Tensor& gaussian_ids,  // [M] int64
+    const at::Tensor& means2d,       // [N, 2]
+    const at::Tensor& conics,        // [N, 3]
+    const at::Tensor& colors,        // [N, C]
+    const at::Tensor& opacities,     // [N]
+    const at::Tensor& background,    // [C] or undefined
+    const at::Tensor& tile_offsets,  // [T + 1] int64
+    const at::Tensor& gaussian_ids,  // [M] int64
     int64_t width, int64_t height, int64_t tile_size);
 
 RasterizeGrads rasterize_gaussians_bwd(
     // forward inputs
-    const torch::Tensor& means2d,        // [N, 2]
-    const torch::Tensor& conics,         // [N, 3]
-    const torch::Tensor& colors,         // [N, C]
-    const torch::Tensor& opacities,      // [N]
-    const torch::Tensor& background,     // [C] or undefined
-    const torch::Tensor& tile_offsets,   // [T + 1] int64
-    const torch::Tensor& gaussian_ids,   // [M] int64
+    const at::Tensor& means2d,        // [N, 2]
+    const at::Tensor& conics,         // [N, 3]
+    const at::Tensor& colors,         // [N, C]
+    const at::Tensor& opacities,      // [N]
+    const at::Tensor& background,     // [C] or undefined
+    const at::Tensor& tile_offsets,   // [T + 1] int64
+    const at::Tensor& gaussian_ids,   // [M] int64
     int64_t width, int64_t height, int64_t tile_size,
     // forward outputs
-    const torch::Tensor& last_ids,       // [H, W] int32
-    const torch::Tensor& transmittance,  // [H, W]
+    const at::Tensor& last_ids,       // [H, W] int32
+    const at::Tensor& transmittance,  // [H, W]
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_colors,       // [H, W, C]
-    const torch::Tensor& v_alphas);      // [H, W]
+    const at::Tensor& v_colors,       // [H, W, C]
+    const at::Tensor& v_alphas);      // [H, W]
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -70,6 +70,27 @@ enum Saved {
 
 }  // namespace
 
+// The autograd wrapper behind rasterize_gaussians. Outputs, in order: colors, alphas, last_ids,
+// transmittance. Saved for backward: the inputs, last_ids and transmittance (per pixel only).
+// Function::apply takes no undefined tensors, so rasterize_gaussians passes zeros [C] (no
+// gradient) for a missing background.
+class RasterizeGaussiansFunction
+    : public torch::autograd::Function<RasterizeGaussiansFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx,
+      const torch::Tensor& means2d,       // [N, 2]
+      const torch::Tensor& conics,        // [N, 3]
+      const torch::Tensor& colors,        // [N, C]
+      const torch::Tensor& opacities,     // [N]
+      const torch::Tensor& background,    // [C]
+      const torch::Tensor& tile_offsets,  // [T + 1]
+      const torch::Tensor& gaussian_ids,  // [M]
+      int64_t width, int64_t height, int64_t tile_size);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
 torch::autograd::variable_list RasterizeGaussiansFunction::forward(
     torch::autograd::AutogradContext* ctx, const torch::Tensor& means2d,
     const torch::Tensor& conics, const torch::Tensor& colors, const torch::Tensor& opacities,
@@ -141,6 +162,13 @@ RasterizeOutput rasterize_gaussians(const torch::Tensor& means2d, const torch::T
       means2d, conics, colors, opacities, bg, tile_offsets, gaussian_ids, width, height,
       tile_size);
   return {out[0], out[1], out[2], out[3]};
+}
+
+torch::Tensor densify_grad_norm(const torch::Tensor& v_means2d, int64_t width, int64_t height) {
+  const torch::Tensor scale = torch::tensor({0.5 * static_cast<double>(width),
+                                             0.5 * static_cast<double>(height)},
+                                            v_means2d.options());
+  return (v_means2d * scale).norm(2, {1});  // [N]
 }
 
 }  // namespace tessera::kernels

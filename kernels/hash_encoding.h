@@ -2,8 +2,7 @@
 // [0, 1]^3 are trilinearly interpolated in L grids of growing resolution, dense or hashed tables.
 #pragma once
 
-#include <torch/autograd.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <vector>
@@ -66,21 +65,9 @@ std::vector<HashGridLevel> hash_grid_levels(const HashEncodingConfig& config);
 // Returns float32 [N, L * F], level-major: columns l * F .. l * F + F - 1 are level l's features,
 // the trilinear interpolation of the 8 vertices of the point's cell. At x = 1 the point lies in
 // the last cell (N_l - 1) with fraction 1.
-torch::Tensor hash_encoding(const torch::Tensor& positions,   // [N, 3]
-                            const torch::Tensor& embeddings,  // [L, T, F]
+at::Tensor hash_encoding(const at::Tensor& positions,   // [N, 3]
+                            const at::Tensor& embeddings,  // [L, T, F]
                             const HashEncodingConfig& config);
-
-// The autograd wrapper behind hash_encoding. Saves positions only (the output is linear in
-// embeddings, so backward needs neither them nor the output); the config travels in saved_data.
-class HashEncodingFunction : public torch::autograd::Function<HashEncodingFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                const torch::Tensor& positions,   // [N, 3]
-                                                const torch::Tensor& embeddings,  // [L, T, F]
-                                                const HashEncodingConfig& config);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs);
-};
 
 // The two implementations take the same arguments and return the same tensors. They expect
 // inputs validated by hash_encoding (float32, shapes, one device) and accept any strides.
@@ -93,34 +80,34 @@ class HashEncodingFunction : public torch::autograd::Function<HashEncodingFuncti
 //   CUDA: one thread per (point, level); backward uses float atomicAdd, so sums into a row are
 //   reassociated from run to run (equal up to float rounding, not bitwise).
 namespace cpu {
-torch::Tensor hash_encoding_fwd(
+at::Tensor hash_encoding_fwd(
     // forward inputs
-    const torch::Tensor& positions,   // [N, 3]
-    const torch::Tensor& embeddings,  // [L, T, F]
+    const at::Tensor& positions,   // [N, 3]
+    const at::Tensor& embeddings,  // [L, T, F]
     const std::vector<HashGridLevel>& levels);
 
-torch::Tensor hash_encoding_bwd(
+at::Tensor hash_encoding_bwd(
     // forward inputs
-    const torch::Tensor& positions,   // [N, 3]
+    const at::Tensor& positions,   // [N, 3]
     const std::vector<HashGridLevel>& levels, int64_t table_size, int64_t features_per_level,
     // grad outputs
-    const torch::Tensor& v_encoded);  // [N, L * F]
+    const at::Tensor& v_encoded);  // [N, L * F]
 }  // namespace cpu
 
 namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA). The current stream.
-torch::Tensor hash_encoding_fwd(
+at::Tensor hash_encoding_fwd(
     // forward inputs
-    const torch::Tensor& positions,   // [N, 3]
-    const torch::Tensor& embeddings,  // [L, T, F]
+    const at::Tensor& positions,   // [N, 3]
+    const at::Tensor& embeddings,  // [L, T, F]
     const std::vector<HashGridLevel>& levels);
 
-torch::Tensor hash_encoding_bwd(
+at::Tensor hash_encoding_bwd(
     // forward inputs
-    const torch::Tensor& positions,   // [N, 3]
+    const at::Tensor& positions,   // [N, 3]
     const std::vector<HashGridLevel>& levels, int64_t table_size, int64_t features_per_level,
     // grad outputs
-    const torch::Tensor& v_encoded);  // [N, L * F]
+    const at::Tensor& v_encoded);  // [N, L * F]
 }  // namespace cuda
 
 }  // namespace tessera::kernels

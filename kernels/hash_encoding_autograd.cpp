@@ -54,6 +54,18 @@ HashEncodingConfig config_from(const torch::autograd::AutogradContext& ctx) {
 
 }  // namespace
 
+// The autograd wrapper behind hash_encoding. Saves positions only (the output is linear in
+// embeddings, so backward needs neither them nor the output); the config travels in saved_data.
+class HashEncodingFunction : public torch::autograd::Function<HashEncodingFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const torch::Tensor& positions,   // [N, 3]
+                                                const torch::Tensor& embeddings,  // [L, T, F]
+                                                const HashEncodingConfig& config);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
 double hash_encoding_per_level_scale(int base_resolution, int finest_resolution, int levels) {
   TORCH_CHECK(base_resolution >= 1 && finest_resolution >= base_resolution && levels >= 1,
               "hash_encoding_per_level_scale: need 1 <= base_resolution (", base_resolution,

@@ -2,19 +2,19 @@
 // flag and the skip-step decision reduce this across ranks.
 #pragma once
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 namespace tessera::kernels {
 
 // Returns an int64 scalar tensor on the input's device. Integer tensors count 0.
-torch::Tensor count_nonfinite(const torch::Tensor& values);  // [any] -> []
+at::Tensor count_nonfinite(const at::Tensor& values);  // [any] -> []
 
 namespace cpu {
-torch::Tensor count_nonfinite(const torch::Tensor& values);  // [any] -> []
+at::Tensor count_nonfinite(const at::Tensor& values);  // [any] -> []
 }
 namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA).
-torch::Tensor count_nonfinite(const torch::Tensor& values);  // [any] -> []
+at::Tensor count_nonfinite(const at::Tensor& values);  // [any] -> []
 }
 
 // True when this build compiled the CUDA kernels.

@@ -2,7 +2,7 @@
 // scene box (as in instant-ngp and nerfacc). Produces the packed layout volume_render consumes.
 #pragma once
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <limits>
@@ -31,11 +31,11 @@ struct RayMarchParams {
 // Packed samples: ray r owns samples [ray_offsets[r], ray_offsets[r+1]), in increasing t.
 // ts, deltas and ray_offsets go straight into volume_render (kernels/volume_render.h).
 struct RayMarchOutput {
-  torch::Tensor ray_offsets;  // [R + 1] int64, ray_offsets[0] == 0, ray_offsets[R] == S
-  torch::Tensor ts;           // [S]     float32, sample midpoints t + dt / 2
-  torch::Tensor deltas;       // [S]     float32, the step dt of each sample
-  torch::Tensor positions;    // [S, 3]  float32, origin + ts * direction (the point looked up)
-  torch::Tensor ray_indices;  // [S]     int64, the ray of each sample
+  at::Tensor ray_offsets;  // [R + 1] int64, ray_offsets[0] == 0, ray_offsets[R] == S
+  at::Tensor ts;           // [S]     float32, sample midpoints t + dt / 2
+  at::Tensor deltas;       // [S]     float32, the step dt of each sample
+  at::Tensor positions;    // [S, 3]  float32, origin + ts * direction (the point looked up)
+  at::Tensor ray_indices;  // [S]     int64, the ray of each sample
 };
 
 // The rule, per ray, in float32 with every operation rounded once (no fused multiply-add), so
@@ -63,12 +63,12 @@ struct RayMarchOutput {
 //
 // Dispatches by the device of origins (CPU or CUDA). The aabb is read on the host (any device).
 RayMarchOutput ray_march(
-    const torch::Tensor& origins,     // [R, 3] float32
-    const torch::Tensor& directions,  // [R, 3] float32, any length (see 1.)
-    const torch::Tensor& near,        // [R]    float32
-    const torch::Tensor& far,         // [R]    float32
-    const torch::Tensor& aabb,        // [6]    float32: xmin, ymin, zmin, xmax, ymax, zmax
-    const torch::Tensor& occupancy,   // [Gx, Gy, Gz] uint8 or bool, indexed [x][y][z]
+    const at::Tensor& origins,     // [R, 3] float32
+    const at::Tensor& directions,  // [R, 3] float32, any length (see 1.)
+    const at::Tensor& near,        // [R]    float32
+    const at::Tensor& far,         // [R]    float32
+    const at::Tensor& aabb,        // [6]    float32: xmin, ymin, zmin, xmax, ymax, zmax
+    const at::Tensor& occupancy,   // [Gx, Gy, Gz] uint8 or bool, indexed [x][y][z]
     const RayMarchParams& params);
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -77,12 +77,12 @@ RayMarchOutput ray_march(
 // samples of each ray, exclusive scan into ray_offsets, then march again to fill.
 namespace cpu {
 RayMarchOutput ray_march_fwd(
-    const torch::Tensor& origins,     // [R, 3]
-    const torch::Tensor& directions,  // [R, 3]
-    const torch::Tensor& near,        // [R]
-    const torch::Tensor& far,         // [R]
-    const torch::Tensor& aabb,        // [6] on the CPU
-    const torch::Tensor& occupancy,   // [Gx, Gy, Gz]
+    const at::Tensor& origins,     // [R, 3]
+    const at::Tensor& directions,  // [R, 3]
+    const at::Tensor& near,        // [R]
+    const at::Tensor& far,         // [R]
+    const at::Tensor& aabb,        // [6] on the CPU
+    const at::Tensor& occupancy,   // [Gx, Gy, Gz]
     const RayMarchParams& params);
 }  // namespace cpu
 
@@ -90,12 +90,12 @@ namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA). One thread per ray; the current stream.
 // Reading the sample count S back to size the outputs synchronizes with the stream once.
 RayMarchOutput ray_march_fwd(
-    const torch::Tensor& origins,     // [R, 3]
-    const torch::Tensor& directions,  // [R, 3]
-    const torch::Tensor& near,        // [R]
-    const torch::Tensor& far,         // [R]
-    const torch::Tensor& aabb,        // [6] on the CPU
-    const torch::Tensor& occupancy,   // [Gx, Gy, Gz]
+    const at::Tensor& origins,     // [R, 3]
+    const at::Tensor& directions,  // [R, 3]
+    const at::Tensor& near,        // [R]
+    const at::Tensor& far,         // [R]
+    const at::Tensor& aabb,        // [6] on the CPU
+    const at::Tensor& occupancy,   // [Gx, Gy, Gz]
     const RayMarchParams& params);
 }  // namespace cuda
 

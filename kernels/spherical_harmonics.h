@@ -2,8 +2,7 @@
 // harmonics coefficients (degrees 0..3), with the constants and signs of INRIA 3DGS and gsplat.
 #pragma once
 
-#include <torch/autograd.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -31,28 +30,16 @@ constexpr int kMaxShDegree = 3;
 //   dirs and coeffs: one floating dtype (float32 or float64), one device, any strides; dirs must
 //   be non-zero (normalized inside; the gradient flows to dirs through the normalization).
 // Gradients flow to coeffs and dirs.
-torch::Tensor spherical_harmonics(
+at::Tensor spherical_harmonics(
     int64_t degree,                // active degree, 0..3
-    const torch::Tensor& dirs,     // [N, 3] viewing directions (e.g. mean - camera centre)
-    const torch::Tensor& coeffs);  // [N, K, 3] coefficients; coeffs[:, 0] is the DC term
+    const at::Tensor& dirs,     // [N, 3] viewing directions (e.g. mean - camera centre)
+    const at::Tensor& coeffs);  // [N, K, 3] coefficients; coeffs[:, 0] is the DC term
 // Returns colors [N, 3].
-
-// The autograd wrapper behind spherical_harmonics. Output: colors. Saved for backward: the
-// inputs (the basis and the clamp are recomputed per Gaussian).
-class SphericalHarmonicsFunction : public torch::autograd::Function<SphericalHarmonicsFunction> {
- public:
-  static torch::autograd::variable_list forward(
-      torch::autograd::AutogradContext* ctx, int64_t degree,
-      const torch::Tensor& dirs,     // [N, 3]
-      const torch::Tensor& coeffs);  // [N, K, 3]
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs);
-};
 
 // Gradients of the backward pass.
 struct SphericalHarmonicsGrads {
-  torch::Tensor v_dirs;    // [N, 3]
-  torch::Tensor v_coeffs;  // [N, K, 3]
+  at::Tensor v_dirs;    // [N, 3]
+  at::Tensor v_coeffs;  // [N, K, 3]
 };
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -60,39 +47,39 @@ struct SphericalHarmonicsGrads {
 // dtype. Backward needs a defined v_colors (the autograd wrapper passes zeros when the output
 // is unused). The CPU backward is deterministic (one thread per Gaussian, no atomics).
 namespace cpu {
-torch::Tensor spherical_harmonics_fwd(
+at::Tensor spherical_harmonics_fwd(
     // forward inputs
     int64_t degree,
-    const torch::Tensor& dirs,     // [N, 3]
-    const torch::Tensor& coeffs);  // [N, K, 3]
+    const at::Tensor& dirs,     // [N, 3]
+    const at::Tensor& coeffs);  // [N, K, 3]
 // Returns colors [N, 3].
 
 SphericalHarmonicsGrads spherical_harmonics_bwd(
     // forward inputs
     int64_t degree,
-    const torch::Tensor& dirs,       // [N, 3]
-    const torch::Tensor& coeffs,     // [N, K, 3]
+    const at::Tensor& dirs,       // [N, 3]
+    const at::Tensor& coeffs,     // [N, K, 3]
     // grad outputs
-    const torch::Tensor& v_colors);  // [N, 3]
+    const at::Tensor& v_colors);  // [N, 3]
 }  // namespace cpu
 
 namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA). One thread per Gaussian; the current
 // stream.
-torch::Tensor spherical_harmonics_fwd(
+at::Tensor spherical_harmonics_fwd(
     // forward inputs
     int64_t degree,
-    const torch::Tensor& dirs,     // [N, 3]
-    const torch::Tensor& coeffs);  // [N, K, 3]
+    const at::Tensor& dirs,     // [N, 3]
+    const at::Tensor& coeffs);  // [N, K, 3]
 // Returns colors [N, 3].
 
 SphericalHarmonicsGrads spherical_harmonics_bwd(
     // forward inputs
     int64_t degree,
-    const torch::Tensor& dirs,       // [N, 3]
-    const torch::Tensor& coeffs,     // [N, K, 3]
+    const at::Tensor& dirs,       // [N, 3]
+    const at::Tensor& coeffs,     // [N, K, 3]
     // grad outputs
-    const torch::Tensor& v_colors);  // [N, 3]
+    const at::Tensor& v_colors);  // [N, 3]
 }  // namespace cuda
 
 }  // namespace tessera::kernels

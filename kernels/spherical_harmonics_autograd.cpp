@@ -35,6 +35,18 @@ void check_inputs(int64_t degree, const torch::Tensor& dirs, const torch::Tensor
 
 }  // namespace
 
+// The autograd wrapper behind spherical_harmonics. Output: colors. Saved for backward: the
+// inputs (the basis and the clamp are recomputed per Gaussian).
+class SphericalHarmonicsFunction : public torch::autograd::Function<SphericalHarmonicsFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, int64_t degree,
+      const torch::Tensor& dirs,     // [N, 3]
+      const torch::Tensor& coeffs);  // [N, K, 3]
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
 torch::autograd::variable_list SphericalHarmonicsFunction::forward(
     torch::autograd::AutogradContext* ctx, int64_t degree, const torch::Tensor& dirs,
     const torch::Tensor& coeffs) {

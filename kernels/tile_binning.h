@@ -2,7 +2,7 @@
 // depth (front to back), as 3DGS rasterization (kernels/gaussian_rasterize.h) consumes it.
 #pragma once
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -16,8 +16,8 @@ constexpr int64_t kDefaultTileSize = 16;
 
 // Packed per-tile lists of Gaussians. M is the number of (tile, Gaussian) intersections kept.
 struct TileBins {
-  torch::Tensor tile_offsets;  // [T + 1] int64: tile t owns entries [off[t], off[t + 1]); off[0] = 0
-  torch::Tensor gaussian_ids;  // [M]     int64: Gaussian ids, per tile by depth ascending, ties
+  at::Tensor tile_offsets;  // [T + 1] int64: tile t owns entries [off[t], off[t + 1]); off[0] = 0
+  at::Tensor gaussian_ids;  // [M]     int64: Gaussian ids, per tile by depth ascending, ties
                                //         by Gaussian id ascending
 };
 
@@ -37,12 +37,12 @@ struct TileBins {
 // Dispatches by the device of means2d (CPU or CUDA); the CUDA version reads M back to the host
 // (one synchronization).
 TileBins bin_gaussians(
-    const torch::Tensor& means2d,    // [N, 2] float32 or float64, pixel coordinates (x, y)
-    const torch::Tensor& radii,      // [N]    int32, 0 = culled
-    const torch::Tensor& depths,     // [N]    the dtype of means2d, camera-space z
+    const at::Tensor& means2d,    // [N, 2] float32 or float64, pixel coordinates (x, y)
+    const at::Tensor& radii,      // [N]    int32, 0 = culled
+    const at::Tensor& depths,     // [N]    the dtype of means2d, camera-space z
     int64_t width, int64_t height,   // image size in pixels, >= 0
     int64_t tile_size = kDefaultTileSize,  // >= 1
-    const torch::Tensor& tile_mask = {});  // [T] bool, or undefined for all tiles
+    const at::Tensor& tile_mask = {});  // [T] bool, or undefined for all tiles
 
 // The number of tiles along x and y for an image, and T.
 inline int64_t tiles_along(int64_t pixels, int64_t tile_size) {
@@ -55,11 +55,11 @@ namespace cpu {
 // Count per Gaussian, exclusive scan, fill, a stable counting sort by tile, then each tile's
 // list sorted by (depth, id) in parallel over tiles.
 TileBins bin_gaussians_fwd(
-    const torch::Tensor& means2d,    // [N, 2]
-    const torch::Tensor& radii,      // [N] int32
-    const torch::Tensor& depths,     // [N]
+    const at::Tensor& means2d,    // [N, 2]
+    const at::Tensor& radii,      // [N] int32
+    const at::Tensor& depths,     // [N]
     int64_t width, int64_t height, int64_t tile_size,
-    const torch::Tensor& tile_mask);  // [T] bool or undefined
+    const at::Tensor& tile_mask);  // [T] bool or undefined
 }  // namespace cpu
 
 namespace cuda {
@@ -67,11 +67,11 @@ namespace cuda {
 // keys tile << 32 | depth rank (the rank of (depth, id) from a stable sort of the depths) and
 // sorts them; the current stream.
 TileBins bin_gaussians_fwd(
-    const torch::Tensor& means2d,    // [N, 2]
-    const torch::Tensor& radii,      // [N] int32
-    const torch::Tensor& depths,     // [N]
+    const at::Tensor& means2d,    // [N, 2]
+    const at::Tensor& radii,      // [N] int32
+    const at::Tensor& depths,     // [N]
     int64_t width, int64_t height, int64_t tile_size,
-    const torch::Tensor& tile_mask);  // [T] bool or undefined
+    const at::Tensor& tile_mask);  // [T] bool or undefined
 }  // namespace cuda
 
 }  // namespace tessera::kernels

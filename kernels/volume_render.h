@@ -2,8 +2,7 @@
 // instant-ngp) into ray colour, opacity, depth and per-sample weights, with early termination.
 #pragma once
 
-#include <torch/autograd.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -21,11 +20,11 @@ constexpr double kDefaultTransmittanceThreshold = 1e-4;
 // Background compositing is the caller's: rgb + (1 - opacity) * background.
 struct VolumeRenderOutput {
   // The four float outputs are differentiable; num_steps is not.
-  torch::Tensor rgb;        // [R, 3] composited colour
-  torch::Tensor opacity;    // [R]    sum of the ray's weights, in [0, 1]
-  torch::Tensor depth;      // [R]    sum of w_i * t_i (depth / opacity is the expected t)
-  torch::Tensor weights;    // [S]    w_i; 0 after the ray stopped
-  torch::Tensor num_steps;  // [R]    int64: samples composited before the ray stopped
+  at::Tensor rgb;        // [R, 3] composited colour
+  at::Tensor opacity;    // [R]    sum of the ray's weights, in [0, 1]
+  at::Tensor depth;      // [R]    sum of w_i * t_i (depth / opacity is the expected t)
+  at::Tensor weights;    // [S]    w_i; 0 after the ray stopped
+  at::Tensor num_steps;  // [R]    int64: samples composited before the ray stopped
 };
 
 // The differentiable op. Dispatches to the CPU or the CUDA implementation by the inputs' device.
@@ -35,35 +34,17 @@ struct VolumeRenderOutput {
 // Gradients flow to sigmas and rgbs from all four float outputs. deltas and ts are sampler
 // outputs and get no gradient: passing them with requires_grad (in grad mode) is an error.
 VolumeRenderOutput volume_render(
-    const torch::Tensor& sigmas,       // [S]    densities, >= 0 (after the model's activation)
-    const torch::Tensor& rgbs,         // [S, 3] sample colours
-    const torch::Tensor& deltas,       // [S]    segment lengths
-    const torch::Tensor& ts,           // [S]    sample distances along the ray (for depth)
-    const torch::Tensor& ray_offsets,  // [R + 1] int64
+    const at::Tensor& sigmas,       // [S]    densities, >= 0 (after the model's activation)
+    const at::Tensor& rgbs,         // [S, 3] sample colours
+    const at::Tensor& deltas,       // [S]    segment lengths
+    const at::Tensor& ts,           // [S]    sample distances along the ray (for depth)
+    const at::Tensor& ray_offsets,  // [R + 1] int64
     double transmittance_threshold = kDefaultTransmittanceThreshold);
-
-// The autograd wrapper behind volume_render. Outputs, in order: rgb, opacity, depth, weights,
-// num_steps. Saved for backward: the inputs, the per-ray outputs and weights (all already
-// allocated); per-sample transmittance is recomputed in backward, never stored. Because outputs
-// are saved, modifying one in place before backward is an autograd error: composite out of place.
-class VolumeRenderFunction : public torch::autograd::Function<VolumeRenderFunction> {
- public:
-  static torch::autograd::variable_list forward(
-      torch::autograd::AutogradContext* ctx,
-      const torch::Tensor& sigmas,       // [S]
-      const torch::Tensor& rgbs,         // [S, 3]
-      const torch::Tensor& deltas,       // [S]
-      const torch::Tensor& ts,           // [S]
-      const torch::Tensor& ray_offsets,  // [R + 1]
-      double transmittance_threshold);
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs);
-};
 
 // Gradients of the backward pass.
 struct VolumeRenderGrads {
-  torch::Tensor v_sigmas;  // [S]
-  torch::Tensor v_rgbs;    // [S, 3]
+  at::Tensor v_sigmas;  // [S]
+  at::Tensor v_rgbs;    // [S, 3]
 };
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -75,62 +56,62 @@ struct VolumeRenderGrads {
 namespace cpu {
 VolumeRenderOutput volume_render_fwd(
     // forward inputs
-    const torch::Tensor& sigmas,       // [S]
-    const torch::Tensor& rgbs,         // [S, 3]
-    const torch::Tensor& deltas,       // [S]
-    const torch::Tensor& ts,           // [S]
-    const torch::Tensor& ray_offsets,  // [R + 1] int64
+    const at::Tensor& sigmas,       // [S]
+    const at::Tensor& rgbs,         // [S, 3]
+    const at::Tensor& deltas,       // [S]
+    const at::Tensor& ts,           // [S]
+    const at::Tensor& ray_offsets,  // [R + 1] int64
     double transmittance_threshold);
 
 VolumeRenderGrads volume_render_bwd(
     // forward inputs
-    const torch::Tensor& sigmas,       // [S]
-    const torch::Tensor& rgbs,         // [S, 3]
-    const torch::Tensor& deltas,       // [S]
-    const torch::Tensor& ts,           // [S]
-    const torch::Tensor& ray_offsets,  // [R + 1] int64
+    const at::Tensor& sigmas,       // [S]
+    const at::Tensor& rgbs,         // [S, 3]
+    const at::Tensor& deltas,       // [S]
+    const at::Tensor& ts,           // [S]
+    const at::Tensor& ray_offsets,  // [R + 1] int64
     // forward outputs
-    const torch::Tensor& rgb,          // [R, 3]
-    const torch::Tensor& opacity,      // [R]
-    const torch::Tensor& depth,        // [R]
-    const torch::Tensor& weights,      // [S]
-    const torch::Tensor& num_steps,    // [R] int64
+    const at::Tensor& rgb,          // [R, 3]
+    const at::Tensor& opacity,      // [R]
+    const at::Tensor& depth,        // [R]
+    const at::Tensor& weights,      // [S]
+    const at::Tensor& num_steps,    // [R] int64
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_rgb,        // [R, 3]
-    const torch::Tensor& v_opacity,    // [R]
-    const torch::Tensor& v_depth,      // [R]
-    const torch::Tensor& v_weights);   // [S]
+    const at::Tensor& v_rgb,        // [R, 3]
+    const at::Tensor& v_opacity,    // [R]
+    const at::Tensor& v_depth,      // [R]
+    const at::Tensor& v_weights);   // [S]
 }  // namespace cpu
 
 namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA). One thread per ray; the current stream.
 VolumeRenderOutput volume_render_fwd(
     // forward inputs
-    const torch::Tensor& sigmas,       // [S]
-    const torch::Tensor& rgbs,         // [S, 3]
-    const torch::Tensor& deltas,       // [S]
-    const torch::Tensor& ts,           // [S]
-    const torch::Tensor& ray_offsets,  // [R + 1] int64
+    const at::Tensor& sigmas,       // [S]
+    const at::Tensor& rgbs,         // [S, 3]
+    const at::Tensor& deltas,       // [S]
+    const at::Tensor& ts,           // [S]
+    const at::Tensor& ray_offsets,  // [R + 1] int64
     double transmittance_threshold);
 
 VolumeRenderGrads volume_render_bwd(
     // forward inputs
-    const torch::Tensor& sigmas,       // [S]
-    const torch::Tensor& rgbs,         // [S, 3]
-    const torch::Tensor& deltas,       // [S]
-    const torch::Tensor& ts,           // [S]
-    const torch::Tensor& ray_offsets,  // [R + 1] int64
+    const at::Tensor& sigmas,       // [S]
+    const at::Tensor& rgbs,         // [S, 3]
+    const at::Tensor& deltas,       // [S]
+    const at::Tensor& ts,           // [S]
+    const at::Tensor& ray_offsets,  // [R + 1] int64
     // forward outputs
-    const torch::Tensor& rgb,          // [R, 3]
-    const torch::Tensor& opacity,      // [R]
-    const torch::Tensor& depth,        // [R]
-    const torch::Tensor& weights,      // [S]
-    const torch::Tensor& num_steps,    // [R] int64
+    const at::Tensor& rgb,          // [R, 3]
+    const at::Tensor& opacity,      // [R]
+    const at::Tensor& depth,        // [R]
+    const at::Tensor& weights,      // [S]
+    const at::Tensor& num_steps,    // [R] int64
     // grad outputs (each may be undefined)
-    const torch::Tensor& v_rgb,        // [R, 3]
-    const torch::Tensor& v_opacity,    // [R]
-    const torch::Tensor& v_depth,      // [R]
-    const torch::Tensor& v_weights);   // [S]
+    const at::Tensor& v_rgb,        // [R, 3]
+    const at::Tensor& v_opacity,    // [R]
+    const at::Tensor& v_depth,      // [R]
+    const at::Tensor& v_weights);   // [S]
 }  // namespace cuda
 
 }  // namespace tessera::kernels

@@ -46,6 +46,24 @@ enum Saved { kSigmas, kRgbs, kDeltas, kTs, kOffsets, kRgb, kOpacity, kDepth, kWe
 
 }  // namespace
 
+// The autograd wrapper behind volume_render. Outputs, in order: rgb, opacity, depth, weights,
+// num_steps. Saved for backward: the inputs, the per-ray outputs and weights (all already
+// allocated); per-sample transmittance is recomputed in backward, never stored. Because outputs
+// are saved, modifying one in place before backward is an autograd error: composite out of place.
+class VolumeRenderFunction : public torch::autograd::Function<VolumeRenderFunction> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx,
+      const torch::Tensor& sigmas,       // [S]
+      const torch::Tensor& rgbs,         // [S, 3]
+      const torch::Tensor& deltas,       // [S]
+      const torch::Tensor& ts,           // [S]
+      const torch::Tensor& ray_offsets,  // [R + 1]
+      double transmittance_threshold);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+};
+
 torch::autograd::variable_list VolumeRenderFunction::forward(
     torch::autograd::AutogradContext* ctx, const torch::Tensor& sigmas, const torch::Tensor& rgbs,
     const torch::Tensor& deltas, const torch::Tensor& ts, const torch::Tensor& ray_offsets,

@@ -1,9 +1,11 @@
 // CUDA project_gaussians_fwd / project_gaussians_bwd: one thread per Gaussian running the
 // per-Gaussian math of kernels/gaussian_projection_math.h (the same code as the CPU version).
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/gaussian_projection.h"
 #include "kernels/gaussian_projection_math.h"
@@ -71,8 +73,8 @@ __global__ void project_gaussians_bwd_kernel(int64_t n, pm::Camera<T> cam,
 }
 
 // Launchers: the stream is explicit; nothing is launched for N == 0.
-void launch_fwd(const torch::Tensor& means, const torch::Tensor& quats,
-                const torch::Tensor& scales, const torch::Tensor& viewmat,
+void launch_fwd(const at::Tensor& means, const at::Tensor& quats,
+                const at::Tensor& scales, const at::Tensor& viewmat,
                 const ProjectionCamera& camera, const ProjectionOutput& out,
                 cudaStream_t stream) {
   const int64_t n = means.size(0);
@@ -88,11 +90,11 @@ void launch_fwd(const torch::Tensor& means, const torch::Tensor& quats,
   });
 }
 
-void launch_bwd(const torch::Tensor& means, const torch::Tensor& quats,
-                const torch::Tensor& scales, const torch::Tensor& viewmat,
-                const ProjectionCamera& camera, const torch::Tensor& radii,
-                const torch::Tensor& v_means2d, const torch::Tensor& v_depths,
-                const torch::Tensor& v_conics, const ProjectionGrads& grads,
+void launch_bwd(const at::Tensor& means, const at::Tensor& quats,
+                const at::Tensor& scales, const at::Tensor& viewmat,
+                const ProjectionCamera& camera, const at::Tensor& radii,
+                const at::Tensor& v_means2d, const at::Tensor& v_depths,
+                const at::Tensor& v_conics, const ProjectionGrads& grads,
                 cudaStream_t stream) {
   const int64_t n = means.size(0);
   if (n == 0) return;
@@ -110,41 +112,41 @@ void launch_bwd(const torch::Tensor& means, const torch::Tensor& quats,
 
 }  // namespace
 
-ProjectionOutput project_gaussians_fwd(const torch::Tensor& means, const torch::Tensor& quats,
-                                       const torch::Tensor& scales, const torch::Tensor& viewmat,
+ProjectionOutput project_gaussians_fwd(const at::Tensor& means, const at::Tensor& quats,
+                                       const at::Tensor& scales, const at::Tensor& viewmat,
                                        const ProjectionCamera& camera) {
   const c10::cuda::CUDAGuard guard(means.device());
-  const torch::Tensor mean = means.contiguous();
+  const at::Tensor mean = means.contiguous();
   const int64_t n = mean.size(0);
   const auto options = mean.options();
   ProjectionOutput out;
-  out.radii = torch::empty({n}, options.dtype(torch::kInt32));
-  out.means2d = torch::empty({n, 2}, options);
-  out.depths = torch::empty({n}, options);
-  out.conics = torch::empty({n, 3}, options);
+  out.radii = at::empty({n}, options.dtype(at::kInt));
+  out.means2d = at::empty({n, 2}, options);
+  out.depths = at::empty({n}, options);
+  out.conics = at::empty({n, 3}, options);
   launch_fwd(mean, quats.contiguous(), scales.contiguous(), viewmat.contiguous(), camera, out,
-             at::cuda::getCurrentCUDAStream());
+             c10::cuda::getCurrentCUDAStream());
   return out;
 }
 
-ProjectionGrads project_gaussians_bwd(const torch::Tensor& means, const torch::Tensor& quats,
-                                      const torch::Tensor& scales, const torch::Tensor& viewmat,
-                                      const ProjectionCamera& camera, const torch::Tensor& radii,
-                                      const torch::Tensor& v_means2d,
-                                      const torch::Tensor& v_depths,
-                                      const torch::Tensor& v_conics) {
+ProjectionGrads project_gaussians_bwd(const at::Tensor& means, const at::Tensor& quats,
+                                      const at::Tensor& scales, const at::Tensor& viewmat,
+                                      const ProjectionCamera& camera, const at::Tensor& radii,
+                                      const at::Tensor& v_means2d,
+                                      const at::Tensor& v_depths,
+                                      const at::Tensor& v_conics) {
   const c10::cuda::CUDAGuard guard(means.device());
-  const torch::Tensor mean = means.contiguous();
+  const at::Tensor mean = means.contiguous();
   const int64_t n = mean.size(0);
   const auto options = mean.options();
   ProjectionGrads grads;
-  grads.v_means = torch::empty({n, 3}, options);
-  grads.v_quats = torch::empty({n, 4}, options);
-  grads.v_scales = torch::empty({n, 3}, options);
+  grads.v_means = at::empty({n, 3}, options);
+  grads.v_quats = at::empty({n, 4}, options);
+  grads.v_scales = at::empty({n, 3}, options);
   launch_bwd(mean, quats.contiguous(), scales.contiguous(), viewmat.contiguous(), camera,
              radii.contiguous(), contiguous_or_undefined(v_means2d),
              contiguous_or_undefined(v_depths), contiguous_or_undefined(v_conics), grads,
-             at::cuda::getCurrentCUDAStream());
+             c10::cuda::getCurrentCUDAStream());
   return grads;
 }
 

@@ -1,10 +1,12 @@
 // CUDA rasterize_gaussians_fwd / _bwd: one block per tile, one thread per pixel, the tile's
 // Gaussians staged through shared memory in batches (as in INRIA 3DGS and gsplat).
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/torch.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
@@ -298,33 +300,33 @@ void dispatch_channels(int64_t channels, F&& f) {
 
 }  // namespace
 
-RasterizeOutput rasterize_gaussians_fwd(const torch::Tensor& means2d, const torch::Tensor& conics,
-                                        const torch::Tensor& colors,
-                                        const torch::Tensor& opacities,
-                                        const torch::Tensor& background,
-                                        const torch::Tensor& tile_offsets,
-                                        const torch::Tensor& gaussian_ids, int64_t width,
+RasterizeOutput rasterize_gaussians_fwd(const at::Tensor& means2d, const at::Tensor& conics,
+                                        const at::Tensor& colors,
+                                        const at::Tensor& opacities,
+                                        const at::Tensor& background,
+                                        const at::Tensor& tile_offsets,
+                                        const at::Tensor& gaussian_ids, int64_t width,
                                         int64_t height, int64_t tile_size) {
   TORCH_CHECK(tile_size <= kMaxTileSize, "rasterize_gaussians (CUDA): tile_size must be <= ",
               kMaxTileSize, " (one thread per pixel of a tile), got ", tile_size);
   const c10::cuda::CUDAGuard guard(means2d.device());
-  const torch::Tensor m = means2d.contiguous(), con = conics.contiguous(),
+  const at::Tensor m = means2d.contiguous(), con = conics.contiguous(),
                       col = colors.contiguous(), op = opacities.contiguous(),
                       bg = contiguous_or_undefined(background), off = tile_offsets.contiguous(),
                       ids = gaussian_ids.contiguous();
   const int64_t channels = col.size(1);
   const auto options = m.options();
   RasterizeOutput out;
-  out.colors = torch::empty({height, width, channels}, options);
-  out.alphas = torch::empty({height, width}, options);
-  out.last_ids = torch::empty({height, width}, options.dtype(torch::kInt32));
-  out.transmittance = torch::empty({height, width}, options);
+  out.colors = at::empty({height, width, channels}, options);
+  out.alphas = at::empty({height, width}, options);
+  out.last_ids = at::empty({height, width}, options.dtype(at::kInt));
+  out.transmittance = at::empty({height, width}, options);
   const int64_t tiles_x = tiles_along(width, tile_size), tiles_y = tiles_along(height, tile_size);
   if (tiles_x == 0 || tiles_y == 0) return out;
   const int batch = batch_for(tile_size);
   const dim3 blocks(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   const dim3 threads(static_cast<unsigned>(tile_size), static_cast<unsigned>(tile_size));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(m.scalar_type(), "rasterize_gaussians_fwd_cuda", [&] {
     dispatch_channels(channels, [&](auto chans) {
       rasterize_fwd_kernel<scalar_t, decltype(chans)::value>
@@ -342,16 +344,16 @@ RasterizeOutput rasterize_gaussians_fwd(const torch::Tensor& means2d, const torc
 }
 
 RasterizeGrads rasterize_gaussians_bwd(
-    const torch::Tensor& means2d, const torch::Tensor& conics, const torch::Tensor& colors,
-    const torch::Tensor& opacities, const torch::Tensor& background,
-    const torch::Tensor& tile_offsets, const torch::Tensor& gaussian_ids, int64_t width,
-    int64_t height, int64_t tile_size, const torch::Tensor& last_ids,
-    const torch::Tensor& transmittance, const torch::Tensor& v_colors,
-    const torch::Tensor& v_alphas) {
+    const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& colors,
+    const at::Tensor& opacities, const at::Tensor& background,
+    const at::Tensor& tile_offsets, const at::Tensor& gaussian_ids, int64_t width,
+    int64_t height, int64_t tile_size, const at::Tensor& last_ids,
+    const at::Tensor& transmittance, const at::Tensor& v_colors,
+    const at::Tensor& v_alphas) {
   TORCH_CHECK(tile_size <= kMaxTileSize, "rasterize_gaussians (CUDA): tile_size must be <= ",
               kMaxTileSize, ", got ", tile_size);
   const c10::cuda::CUDAGuard guard(means2d.device());
-  const torch::Tensor m = means2d.contiguous(), con = conics.contiguous(),
+  const at::Tensor m = means2d.contiguous(), con = conics.contiguous(),
                       col = colors.contiguous(), op = opacities.contiguous(),
                       bg = contiguous_or_undefined(background), off = tile_offsets.contiguous(),
                       ids = gaussian_ids.contiguous(), last = last_ids.contiguous(),
@@ -361,20 +363,20 @@ RasterizeGrads rasterize_gaussians_bwd(
   const int64_t n = m.size(0), channels = col.size(1);
   const auto options = m.options();
   RasterizeGrads grads;
-  grads.v_means2d = torch::zeros({n, 2}, options);
-  grads.v_conics = torch::zeros({n, 3}, options);
-  grads.v_colors = torch::zeros({n, channels}, options);
-  grads.v_opacities = torch::zeros({n}, options);
-  if (bg.defined()) grads.v_background = torch::zeros({channels}, options);
+  grads.v_means2d = at::zeros({n, 2}, options);
+  grads.v_conics = at::zeros({n, 3}, options);
+  grads.v_colors = at::zeros({n, channels}, options);
+  grads.v_opacities = at::zeros({n}, options);
+  if (bg.defined()) grads.v_background = at::zeros({channels}, options);
   const int64_t tiles_x = tiles_along(width, tile_size), tiles_y = tiles_along(height, tile_size);
   if (tiles_x == 0 || tiles_y == 0) return grads;
   const bool generic = channels != 1 && channels != 3 && channels != 4;
-  const torch::Tensor scratch =
-      generic ? torch::empty({height, width, channels}, options) : torch::Tensor();
+  const at::Tensor scratch =
+      generic ? at::empty({height, width, channels}, options) : at::Tensor();
   const int batch = batch_for(tile_size);
   const dim3 blocks(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   const dim3 threads(static_cast<unsigned>(tile_size), static_cast<unsigned>(tile_size));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(m.scalar_type(), "rasterize_gaussians_bwd_cuda", [&] {
     dispatch_channels(channels, [&](auto chans) {
       rasterize_bwd_kernel<scalar_t, decltype(chans)::value>

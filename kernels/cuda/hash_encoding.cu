@@ -1,9 +1,12 @@
 // CUDA hash_encoding_fwd / hash_encoding_bwd: one thread per (point, level), as in instant-ngp;
 // backward scatters into the table with float atomicAdd. The cell, row and weight math is
 // kernels/hash_grid_math.h, shared with the CPU.
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <type_traits>
 
@@ -116,8 +119,8 @@ dim3 grid_for(int64_t num_points, int64_t num_levels) {
 
 // Launchers: the stream is explicit; nothing is launched for N == 0.
 template <int kF>
-void launch_fwd(const torch::Tensor& positions, const torch::Tensor& embeddings,
-                const Levels& levels, const torch::Tensor& encoded, cudaStream_t stream) {
+void launch_fwd(const at::Tensor& positions, const at::Tensor& embeddings,
+                const Levels& levels, const at::Tensor& encoded, cudaStream_t stream) {
   const int64_t num_points = positions.size(0);
   if (num_points == 0) return;
   const int64_t num_levels = embeddings.size(0);
@@ -128,9 +131,9 @@ void launch_fwd(const torch::Tensor& positions, const torch::Tensor& embeddings,
 }
 
 template <int kF>
-void launch_bwd(const torch::Tensor& positions, const Levels& levels, int64_t num_levels,
-                int64_t table_size, int64_t features, const torch::Tensor& v_encoded,
-                const torch::Tensor& v_embeddings, cudaStream_t stream) {
+void launch_bwd(const at::Tensor& positions, const Levels& levels, int64_t num_levels,
+                int64_t table_size, int64_t features, const at::Tensor& v_encoded,
+                const at::Tensor& v_embeddings, cudaStream_t stream) {
   const int64_t num_points = positions.size(0);
   if (num_points == 0) return;
   hash_encoding_bwd_kernel<kF><<<grid_for(num_points, num_levels), kThreadsPerBlock, 0, stream>>>(
@@ -152,34 +155,34 @@ void dispatch_features(int64_t features, Body&& body) {
 
 }  // namespace
 
-torch::Tensor hash_encoding_fwd(const torch::Tensor& positions, const torch::Tensor& embeddings,
+at::Tensor hash_encoding_fwd(const at::Tensor& positions, const at::Tensor& embeddings,
                                 const std::vector<HashGridLevel>& levels) {
   const c10::cuda::CUDAGuard guard(positions.device());
-  const torch::Tensor pos = positions.contiguous(), table = embeddings.contiguous();
+  const at::Tensor pos = positions.contiguous(), table = embeddings.contiguous();
   const int64_t num_levels = table.size(0), features = table.size(2);
-  torch::Tensor encoded = torch::empty({pos.size(0), num_levels * features}, table.options());
+  at::Tensor encoded = at::empty({pos.size(0), num_levels * features}, table.options());
   const Levels device = device_levels(levels, table.size(1));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   dispatch_features(features, [&](auto kF) {
     launch_fwd<decltype(kF)::value>(pos, table, device, encoded, stream);
   });
   return encoded;
 }
 
-torch::Tensor hash_encoding_bwd(const torch::Tensor& positions,
+at::Tensor hash_encoding_bwd(const at::Tensor& positions,
                                 const std::vector<HashGridLevel>& levels, int64_t table_size,
-                                int64_t features_per_level, const torch::Tensor& v_encoded) {
+                                int64_t features_per_level, const at::Tensor& v_encoded) {
   const c10::cuda::CUDAGuard guard(positions.device());
-  const torch::Tensor pos = positions.contiguous(), grad = v_encoded.contiguous();
+  const at::Tensor pos = positions.contiguous(), grad = v_encoded.contiguous();
   const int64_t num_levels = static_cast<int64_t>(levels.size());
   TORCH_CHECK(grad.dim() == 2 && grad.size(0) == pos.size(0) &&
                   grad.size(1) == num_levels * features_per_level,
               "hash_encoding_bwd: v_encoded must be [N, L * F] = [", pos.size(0), ", ",
               num_levels * features_per_level, "], got ", grad.sizes());
-  torch::Tensor v_embeddings =
-      torch::zeros({num_levels, table_size, features_per_level}, grad.options());
+  at::Tensor v_embeddings =
+      at::zeros({num_levels, table_size, features_per_level}, grad.options());
   const Levels device = device_levels(levels, table_size);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   dispatch_features(features_per_level, [&](auto kF) {
     launch_bwd<decltype(kF)::value>(pos, device, num_levels, table_size, features_per_level, grad,
                                     v_embeddings, stream);

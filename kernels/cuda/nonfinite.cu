@@ -2,9 +2,11 @@
 // atomic add per block.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/nonfinite.h"
 
@@ -35,13 +37,13 @@ __global__ void count_nonfinite_kernel(const scalar_t* __restrict__ data, int64_
 
 }  // namespace
 
-torch::Tensor count_nonfinite(const torch::Tensor& values) {
+at::Tensor count_nonfinite(const at::Tensor& values) {
   const c10::cuda::CUDAGuard guard(values.device());
-  const torch::Tensor input = values.contiguous();
-  torch::Tensor out = torch::zeros({}, input.options().dtype(torch::kInt64));
+  const at::Tensor input = values.contiguous();
+  at::Tensor out = at::zeros({}, input.options().dtype(at::kLong));
   const int64_t n = input.numel();
   if (n == 0 || !input.is_floating_point()) return out;
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = std::min(kMaxBlocks, (n + kThreads - 1) / kThreads);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "count_nonfinite_cuda", [&] {
     count_nonfinite_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(

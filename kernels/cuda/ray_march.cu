@@ -1,9 +1,13 @@
-// CUDA ray_march_fwd: a count kernel (one thread per ray), torch::cumsum for the scan, then a fill
+// CUDA ray_march_fwd: a count kernel (one thread per ray), at::cumsum for the scan, then a fill
 // kernel that marches again. The marching rule is kernels/ray_march_math.h, shared with the CPU
 // bit for bit: every op rounds once.
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/ray_march.h"
 #include "kernels/ray_march_math.h"
@@ -62,9 +66,9 @@ unsigned blocks_for(int64_t num_rays) {
 }
 
 // Launchers: the stream is explicit; nothing is launched for R == 0.
-void launch_count(const torch::Tensor& o, const torch::Tensor& d, const torch::Tensor& near,
-                  const torch::Tensor& far, const Grid& grid,
-                  const RayMarchParams& p, const torch::Tensor& counts, cudaStream_t stream) {
+void launch_count(const at::Tensor& o, const at::Tensor& d, const at::Tensor& near,
+                  const at::Tensor& far, const Grid& grid,
+                  const RayMarchParams& p, const at::Tensor& counts, cudaStream_t stream) {
   const int64_t num_rays = o.size(0);
   if (num_rays == 0) return;
   ray_march_count_kernel<<<blocks_for(num_rays), kThreadsPerBlock, 0, stream>>>(
@@ -74,8 +78,8 @@ void launch_count(const torch::Tensor& o, const torch::Tensor& d, const torch::T
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-void launch_fill(const torch::Tensor& o, const torch::Tensor& d, const torch::Tensor& near,
-                 const torch::Tensor& far, const Grid& grid,
+void launch_fill(const at::Tensor& o, const at::Tensor& d, const at::Tensor& near,
+                 const at::Tensor& far, const Grid& grid,
                  const RayMarchParams& p, const RayMarchOutput& out, cudaStream_t stream) {
   const int64_t num_rays = o.size(0);
   if (num_rays == 0 || out.ts.numel() == 0) return;
@@ -90,40 +94,40 @@ void launch_fill(const torch::Tensor& o, const torch::Tensor& d, const torch::Te
 
 }  // namespace
 
-RayMarchOutput ray_march_fwd(const torch::Tensor& origins, const torch::Tensor& directions,
-                             const torch::Tensor& near, const torch::Tensor& far,
-                             const torch::Tensor& aabb, const torch::Tensor& occupancy,
+RayMarchOutput ray_march_fwd(const at::Tensor& origins, const at::Tensor& directions,
+                             const at::Tensor& near, const at::Tensor& far,
+                             const at::Tensor& aabb, const at::Tensor& occupancy,
                              const RayMarchParams& params) {
   const c10::cuda::CUDAGuard guard(origins.device());
-  const torch::Tensor o = origins.contiguous(), d = directions.contiguous(),
+  const at::Tensor o = origins.contiguous(), d = directions.contiguous(),
                       t_near = near.contiguous(), t_far = far.contiguous();
-  torch::Tensor occ = occupancy.contiguous();
-  if (occ.scalar_type() == torch::kBool) occ = occ.view(torch::kUInt8);  // same bytes, 0 or 1
-  const torch::Tensor box = aabb.to(torch::kCPU).contiguous();
+  at::Tensor occ = occupancy.contiguous();
+  if (occ.scalar_type() == at::kBool) occ = occ.view(at::kByte);  // same bytes, 0 or 1
+  const at::Tensor box = aabb.to(at::kCPU).contiguous();
   const int64_t res[3] = {occ.size(0), occ.size(1), occ.size(2)};
   Grid grid = march::make_grid(box.data_ptr<float>(), res, params.contract);
   grid.occupied = occ.data_ptr<uint8_t>();
   const int64_t num_rays = o.size(0);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const auto i64 = o.options().dtype(torch::kInt64);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const auto i64 = o.options().dtype(at::kLong);
 
   // Pass 1: counts, then the exclusive scan: ray_offsets = [0, cumsum(counts)].
-  const torch::Tensor counts = torch::empty({num_rays}, i64);
+  const at::Tensor counts = at::empty({num_rays}, i64);
   launch_count(o, d, t_near, t_far, grid, params, counts, stream);
   RayMarchOutput out;
-  out.ray_offsets = torch::zeros({num_rays + 1}, i64);
+  out.ray_offsets = at::zeros({num_rays + 1}, i64);
   if (num_rays > 0) {
-    torch::Tensor tail = out.ray_offsets.slice(0, 1);  // [R], a view: the scan writes in place
-    torch::cumsum_out(tail, counts, 0);
+    at::Tensor tail = out.ray_offsets.slice(0, 1);  // [R], a view: the scan writes in place
+    at::cumsum_out(tail, counts, 0);
   }
   const int64_t num_samples = out.ray_offsets[num_rays].item<int64_t>();  // syncs once
 
   // Pass 2: march again, writing each ray's samples at its offset.
   const auto f32 = o.options();
-  out.ts = torch::empty({num_samples}, f32);
-  out.deltas = torch::empty({num_samples}, f32);
-  out.positions = torch::empty({num_samples, 3}, f32);
-  out.ray_indices = torch::empty({num_samples}, i64);
+  out.ts = at::empty({num_samples}, f32);
+  out.deltas = at::empty({num_samples}, f32);
+  out.positions = at::empty({num_samples, 3}, f32);
+  out.ray_indices = at::empty({num_samples}, i64);
   launch_fill(o, d, t_near, t_far, grid, params, out, stream);
   return out;
 }

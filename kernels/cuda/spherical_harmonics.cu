@@ -1,9 +1,11 @@
 // CUDA spherical_harmonics_fwd / spherical_harmonics_bwd: one thread per Gaussian running the
 // per-Gaussian math of kernels/spherical_harmonics_math.h (the same code as the CPU version).
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/spherical_harmonics.h"
 #include "kernels/spherical_harmonics_math.h"
@@ -45,8 +47,8 @@ __global__ void spherical_harmonics_bwd_kernel(int64_t n, int degree, int64_t nu
 }
 
 // Launchers: the stream is explicit; nothing is launched for N == 0.
-void launch_fwd(int64_t degree, const torch::Tensor& dirs, const torch::Tensor& coeffs,
-                const torch::Tensor& colors, cudaStream_t stream) {
+void launch_fwd(int64_t degree, const at::Tensor& dirs, const at::Tensor& coeffs,
+                const at::Tensor& colors, cudaStream_t stream) {
   const int64_t n = dirs.size(0);
   if (n == 0) return;
   AT_DISPATCH_FLOATING_TYPES(dirs.scalar_type(), "spherical_harmonics_fwd_cuda", [&] {
@@ -57,8 +59,8 @@ void launch_fwd(int64_t degree, const torch::Tensor& dirs, const torch::Tensor& 
   });
 }
 
-void launch_bwd(int64_t degree, const torch::Tensor& dirs, const torch::Tensor& coeffs,
-                const torch::Tensor& v_colors, const SphericalHarmonicsGrads& grads,
+void launch_bwd(int64_t degree, const at::Tensor& dirs, const at::Tensor& coeffs,
+                const at::Tensor& v_colors, const SphericalHarmonicsGrads& grads,
                 cudaStream_t stream) {
   const int64_t n = dirs.size(0);
   if (n == 0) return;
@@ -73,24 +75,24 @@ void launch_bwd(int64_t degree, const torch::Tensor& dirs, const torch::Tensor& 
 
 }  // namespace
 
-torch::Tensor spherical_harmonics_fwd(int64_t degree, const torch::Tensor& dirs,
-                                      const torch::Tensor& coeffs) {
+at::Tensor spherical_harmonics_fwd(int64_t degree, const at::Tensor& dirs,
+                                      const at::Tensor& coeffs) {
   const c10::cuda::CUDAGuard guard(dirs.device());
-  const torch::Tensor dir = dirs.contiguous();
-  torch::Tensor colors = torch::empty({dir.size(0), 3}, dir.options());
-  launch_fwd(degree, dir, coeffs.contiguous(), colors, at::cuda::getCurrentCUDAStream());
+  const at::Tensor dir = dirs.contiguous();
+  at::Tensor colors = at::empty({dir.size(0), 3}, dir.options());
+  launch_fwd(degree, dir, coeffs.contiguous(), colors, c10::cuda::getCurrentCUDAStream());
   return colors;
 }
 
-SphericalHarmonicsGrads spherical_harmonics_bwd(int64_t degree, const torch::Tensor& dirs,
-                                                const torch::Tensor& coeffs,
-                                                const torch::Tensor& v_colors) {
+SphericalHarmonicsGrads spherical_harmonics_bwd(int64_t degree, const at::Tensor& dirs,
+                                                const at::Tensor& coeffs,
+                                                const at::Tensor& v_colors) {
   const c10::cuda::CUDAGuard guard(dirs.device());
-  const torch::Tensor dir = dirs.contiguous(), coeff = coeffs.contiguous();
+  const at::Tensor dir = dirs.contiguous(), coeff = coeffs.contiguous();
   SphericalHarmonicsGrads grads;
-  grads.v_dirs = torch::empty({dir.size(0), 3}, dir.options());
-  grads.v_coeffs = torch::empty({dir.size(0), coeff.size(1), 3}, dir.options());
-  launch_bwd(degree, dir, coeff, v_colors.contiguous(), grads, at::cuda::getCurrentCUDAStream());
+  grads.v_dirs = at::empty({dir.size(0), 3}, dir.options());
+  grads.v_coeffs = at::empty({dir.size(0), coeff.size(1), 3}, dir.options());
+  launch_bwd(degree, dir, coeff, v_colors.contiguous(), grads, c10::cuda::getCurrentCUDAStream());
   return grads;
 }
 

@@ -2,9 +2,11 @@
 // (kernels/volume_render_math.h, shared with the CPU), as in nerfacc and instant-ngp. Backward
 // recomputes transmittance instead of storing it.
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "kernels/tensor_args.h"
 #include "kernels/volume_render.h"
@@ -100,9 +102,9 @@ unsigned blocks_for(int64_t num_rays) {
 }
 
 // Launchers: the stream is explicit; nothing is launched for R == 0.
-void launch_fwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
-                const torch::Tensor& deltas, const torch::Tensor& ts,
-                const torch::Tensor& offsets, double threshold, const VolumeRenderOutput& out,
+void launch_fwd(const at::Tensor& sigmas, const at::Tensor& rgbs,
+                const at::Tensor& deltas, const at::Tensor& ts,
+                const at::Tensor& offsets, double threshold, const VolumeRenderOutput& out,
                 cudaStream_t stream) {
   const int64_t num_rays = offsets.size(0) - 1;
   if (num_rays == 0) return;
@@ -117,13 +119,13 @@ void launch_fwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
   });
 }
 
-void launch_bwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
-                const torch::Tensor& deltas, const torch::Tensor& ts,
-                const torch::Tensor& offsets, const torch::Tensor& rgb,
-                const torch::Tensor& opacity, const torch::Tensor& depth,
-                const torch::Tensor& weights, const torch::Tensor& num_steps,
-                const torch::Tensor& v_rgb, const torch::Tensor& v_opacity,
-                const torch::Tensor& v_depth, const torch::Tensor& v_weights,
+void launch_bwd(const at::Tensor& sigmas, const at::Tensor& rgbs,
+                const at::Tensor& deltas, const at::Tensor& ts,
+                const at::Tensor& offsets, const at::Tensor& rgb,
+                const at::Tensor& opacity, const at::Tensor& depth,
+                const at::Tensor& weights, const at::Tensor& num_steps,
+                const at::Tensor& v_rgb, const at::Tensor& v_opacity,
+                const at::Tensor& v_depth, const at::Tensor& v_weights,
                 const VolumeRenderGrads& grads, cudaStream_t stream) {
   const int64_t num_rays = offsets.size(0) - 1;
   if (num_rays == 0) return;
@@ -142,47 +144,47 @@ void launch_bwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
 
 }  // namespace
 
-VolumeRenderOutput volume_render_fwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
-                                     const torch::Tensor& deltas, const torch::Tensor& ts,
-                                     const torch::Tensor& ray_offsets,
+VolumeRenderOutput volume_render_fwd(const at::Tensor& sigmas, const at::Tensor& rgbs,
+                                     const at::Tensor& deltas, const at::Tensor& ts,
+                                     const at::Tensor& ray_offsets,
                                      double transmittance_threshold) {
   const c10::cuda::CUDAGuard guard(sigmas.device());
-  const torch::Tensor sigma = sigmas.contiguous(), rgb = rgbs.contiguous(),
+  const at::Tensor sigma = sigmas.contiguous(), rgb = rgbs.contiguous(),
                       delta = deltas.contiguous(), t = ts.contiguous(),
                       offsets = ray_offsets.contiguous();
   const int64_t num_samples = sigma.size(0);
   const int64_t num_rays = offsets.size(0) - 1;
   VolumeRenderOutput out;
-  out.rgb = torch::empty({num_rays, 3}, sigma.options());
-  out.opacity = torch::empty({num_rays}, sigma.options());
-  out.depth = torch::empty({num_rays}, sigma.options());
+  out.rgb = at::empty({num_rays, 3}, sigma.options());
+  out.opacity = at::empty({num_rays}, sigma.options());
+  out.depth = at::empty({num_rays}, sigma.options());
   // Every sample belongs to one ray (asserted), so the kernel writes every weight; with R == 0,
   // S is 0 too.
-  out.weights = torch::empty({num_samples}, sigma.options());
-  out.num_steps = torch::empty({num_rays}, offsets.options());
+  out.weights = at::empty({num_samples}, sigma.options());
+  out.num_steps = at::empty({num_rays}, offsets.options());
   launch_fwd(sigma, rgb, delta, t, offsets, transmittance_threshold, out,
-             at::cuda::getCurrentCUDAStream());
+             c10::cuda::getCurrentCUDAStream());
   return out;
 }
 
-VolumeRenderGrads volume_render_bwd(const torch::Tensor& sigmas, const torch::Tensor& rgbs,
-                                    const torch::Tensor& deltas, const torch::Tensor& ts,
-                                    const torch::Tensor& ray_offsets, const torch::Tensor& rgb,
-                                    const torch::Tensor& opacity, const torch::Tensor& depth,
-                                    const torch::Tensor& weights, const torch::Tensor& num_steps,
-                                    const torch::Tensor& v_rgb, const torch::Tensor& v_opacity,
-                                    const torch::Tensor& v_depth, const torch::Tensor& v_weights) {
+VolumeRenderGrads volume_render_bwd(const at::Tensor& sigmas, const at::Tensor& rgbs,
+                                    const at::Tensor& deltas, const at::Tensor& ts,
+                                    const at::Tensor& ray_offsets, const at::Tensor& rgb,
+                                    const at::Tensor& opacity, const at::Tensor& depth,
+                                    const at::Tensor& weights, const at::Tensor& num_steps,
+                                    const at::Tensor& v_rgb, const at::Tensor& v_opacity,
+                                    const at::Tensor& v_depth, const at::Tensor& v_weights) {
   const c10::cuda::CUDAGuard guard(sigmas.device());
-  const torch::Tensor sigma = sigmas.contiguous();
+  const at::Tensor sigma = sigmas.contiguous();
   const int64_t num_samples = sigma.size(0);
   VolumeRenderGrads grads;
-  grads.v_sigmas = torch::empty({num_samples}, sigma.options());
-  grads.v_rgbs = torch::empty({num_samples, 3}, sigma.options());
+  grads.v_sigmas = at::empty({num_samples}, sigma.options());
+  grads.v_rgbs = at::empty({num_samples, 3}, sigma.options());
   launch_bwd(sigma, rgbs.contiguous(), deltas.contiguous(), ts.contiguous(),
              ray_offsets.contiguous(), rgb.contiguous(), opacity.contiguous(), depth.contiguous(),
              weights.contiguous(), num_steps.contiguous(), contiguous_or_undefined(v_rgb),
              contiguous_or_undefined(v_opacity), contiguous_or_undefined(v_depth),
-             contiguous_or_undefined(v_weights), grads, at::cuda::getCurrentCUDAStream());
+             contiguous_or_undefined(v_weights), grads, c10::cuda::getCurrentCUDAStream());
   return grads;
 }
 
