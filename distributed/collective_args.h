@@ -2,7 +2,7 @@
 // collectives, their argument checks, and the division that finishes an average.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

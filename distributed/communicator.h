@@ -2,7 +2,7 @@
 // MpiCommunicator serves CPU tensors (and CI); NcclCommunicator serves CUDA tensors.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -2,7 +2,7 @@
 // ranges of the global Morton order, row migration with all-to-all-v, rebalancing, canonical gather.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

@@ -2,7 +2,7 @@
 // rank, the ranks each projected Gaussian must reach, and the differentiable all-to-all-v exchange.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

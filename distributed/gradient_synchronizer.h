@@ -2,7 +2,8 @@
 // PyTorch DDP's Reducer: gradients are copied into flat buckets that are reduced as they fill.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <mpi.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "distributed/communicator.h"
 

@@ -5,7 +5,9 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <atomic>

@@ -4,7 +4,8 @@
 // (docs/formats.md).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <string>
 #include <utility>

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <string>
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <mpi.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdio>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // activations and recompute it, with the same RNG and autocast state, during backward.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <functional>
 #include <vector>

@@ -2,7 +2,7 @@
 // decide which segments to checkpoint. Built by name: "none", "segments", "budget".
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

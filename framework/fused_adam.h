@@ -4,7 +4,8 @@
 // (59M values) that is most of the optimizer's time.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 namespace tessera {
 

@@ -2,7 +2,8 @@
 // and the backoff/growth update, with its snapshot state.
 #include "framework/loss_scaler.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdio>

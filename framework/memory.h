@@ -2,7 +2,7 @@
 // allocator's statistics, behind one API used by tests, benchmarks and the progress line.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>

@@ -2,7 +2,8 @@
 // convolutions in float64 on the images' device, following Mip-NeRF's compute_ssim.
 #include "framework/metrics.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>

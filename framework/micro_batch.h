@@ -3,7 +3,7 @@
 // the buckets, and GradientSynchronizer::finish() completes them.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "distributed/gradient_synchronizer.h"
 

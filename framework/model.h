@@ -2,7 +2,7 @@
 // config name. Implementations live in models/ and register themselves there.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <functional>

@@ -9,7 +9,7 @@
 // kernels it queued; that costs the overlap of the host's launches with the device's work.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <string>

@@ -2,7 +2,7 @@
 // per-rank slice, and the pixel -> ray math of OpenCV cameras (docs/training_loop.md, invariant 1).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <functional>

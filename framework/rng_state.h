@@ -5,7 +5,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <utility>
 #include <vector>

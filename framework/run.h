@@ -3,7 +3,7 @@
 // line, snapshots (periodic, --until, SIGTERM/SIGINT, final), peak memory and the summary.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <cstdint>

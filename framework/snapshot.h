@@ -2,7 +2,7 @@
 // SnapshotReader, validation by checksum, finding the newest good snapshot, and rotation.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,7 @@
 // framework/snapshot*.cpp; the layout itself is documented in docs/formats.md).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <optional>

@@ -2,7 +2,8 @@
 // gradient sync, Adam, LR and sampling schedules, eval renders split by rows across ranks.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // which compute the same.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace tessera::kernels {
 

@@ -3,7 +3,10 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/nn.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>

@@ -4,7 +4,8 @@
 // held-out denoising loss falls, and bad datasets or sizes are refused.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <memory>

@@ -8,7 +8,9 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"

@@ -1,7 +1,9 @@
 // The sharded 3DGS trainer (models/gaussians/gaussian_trainer.h) under mpiexec -n 1, 2, 3 on a
 // tiny synthetic scene: N ranks equal one rank (the reference runs on MPI_COMM_SELF on every rank).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,9 @@
 // Tests of the 3DGS building blocks (models/gaussians): PLY layout and round trip, exact kNN init,
 // rendering, gradients, the L1 + SSIM loss, densification with Adam-state surgery, and a small fit.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <unistd.h>
 

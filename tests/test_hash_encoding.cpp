@@ -8,7 +8,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "tests/expect_close.h"
 #include "kernels/hash_encoding.h"

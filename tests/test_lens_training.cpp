@@ -3,7 +3,7 @@
 // reaches a clearly higher eval PSNR with the coefficients honored than with the same images
 // and the coefficients dropped (what an importer that ignored them would give).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdio>

@@ -2,7 +2,8 @@
 // mpiexec -n 1, 2, 3, on a tiny synthetic scene: N ranks equal one rank, accumulation equals a
 // large batch, exact checkpointing and rate agreement.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,10 @@
 // Tests of the NeRF models (models/nerf): registry, shapes, gradients, determinism and batch-split
 // independence, exact checkpointing, learning a synthetic sphere, and the occupancy grid update.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>

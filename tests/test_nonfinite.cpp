@@ -6,7 +6,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "kernels/nonfinite.h"
 #include "tests/cuda_skip.h"

@@ -1,7 +1,7 @@
 // Multi-rank test of the NeRF occupancy grid update: each rank evaluates its slice of the cells
 // and allgatherv assembles the grid, which must be bitwise identical everywhere and to a local run.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // on their surfaces (outward unit normals, uniform by area, unions showing only their visible
 // surface), determinism, and the file's writer and reader (round trip, splits, bad input).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <filesystem>

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/functional.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "kernels/nonfinite.h"
 #include "kernels/spherical_harmonics.h"

@@ -10,7 +10,8 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "kernels/nonfinite.h"
 #include "kernels/tile_binning.h"

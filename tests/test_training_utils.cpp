@@ -2,7 +2,10 @@
 // the dynamic loss scaler's rules and state, PSNR/SSIM against a naive reference, the fused Adam
 // step against torch's, and the phase timer.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <cmath>

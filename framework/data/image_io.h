@@ -2,7 +2,7 @@
 // integer factor with box filtering, for the dataset importers and eval renders.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <string>
 

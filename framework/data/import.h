@@ -2,7 +2,7 @@
 // tessera-scene format, and the export to nerfstudio (docs/datasets.md): `tessera convert`.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstddef>

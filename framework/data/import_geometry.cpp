@@ -1,6 +1,6 @@
 // Geometry shared by the importers: pose conventions (OpenGL <-> OpenCV, COLMAP world-to-camera),
 // interval splits, and the scene bounds and near/far derived from points or camera centers.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>

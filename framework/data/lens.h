@@ -2,7 +2,7 @@
 // distortion of normalized coordinates, its Newton inverse, and undistortion of whole images.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <string>
 

@@ -3,7 +3,7 @@
 // complete; SceneReader validates it and reads only the images a rank asks for (hyperslabs).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

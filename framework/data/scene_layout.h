@@ -2,7 +2,7 @@
 // layout (docs/formats.md), so that the writer and the reader cannot disagree.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <hdf5.h>
 

@@ -5,7 +5,7 @@
 // of shapes by hyperslab, so each rank reads only the shapes it trains on.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

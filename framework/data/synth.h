@@ -2,7 +2,7 @@
 // tessera-scene dataset, with known geometry, so that training can be checked against ground truth.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

@@ -2,7 +2,8 @@
 // tessera-shapes dataset, data parallel across ranks behind the framework's TrainingRun.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <functional>
 #include <map>

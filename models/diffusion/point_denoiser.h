@@ -4,7 +4,7 @@
 // epsilon predicted for every point. No positional encoding: the points are a set.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <map>

@@ -3,7 +3,7 @@
 // PointFlow and LION over Chamfer distances: MMD, COV and 1-NNA.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,8 @@
 // and opacity reset, editing the parameters and the Adam state together.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <cstdint>
 

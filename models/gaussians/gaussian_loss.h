@@ -2,7 +2,7 @@
 // ('same' zero padding, as INRIA's training SSIM) whose mean has its gradient in closed form.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace tessera::models::gaussians {
 

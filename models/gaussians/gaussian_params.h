@@ -2,7 +2,8 @@
 // parameter groups and learning rates, and their initialization from points or at random.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <array>
 #include <optional>

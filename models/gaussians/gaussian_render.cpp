@@ -2,6 +2,8 @@
 // screen-space gradient of means2d kept for densification (see gaussian_render.h).
 #include "models/gaussians/gaussian_render.h"
 
+#include <torch/nn/functional.h>
+
 #include <cmath>
 #include <stdexcept>
 

@@ -2,7 +2,7 @@
 // rasterization (kernels/), returning the image and what densification needs.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

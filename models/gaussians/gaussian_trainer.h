@@ -2,7 +2,8 @@
 // image tiles split across ranks, projected attributes exchanged by all-to-all-v, Adam local.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

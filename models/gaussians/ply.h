@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "models/gaussians/gaussian_params.h"
 

@@ -8,6 +8,8 @@
 // the range.
 #include "models/gaussians/stereo_init.h"
 
+#include <torch/nn/functional.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>

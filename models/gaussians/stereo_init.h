@@ -4,7 +4,7 @@
 // textureless walls, where no match is unique, get none and are left to random_points.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <functional>

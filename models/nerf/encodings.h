@@ -2,7 +2,7 @@
 // NeRF's sinusoidal positional encoding and degree-4 real spherical harmonics for directions.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 

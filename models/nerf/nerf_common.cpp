@@ -2,6 +2,7 @@
 #include "models/nerf/nerf_common.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional.h>
 
 #include <cmath>
 

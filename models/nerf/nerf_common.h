@@ -2,7 +2,7 @@
 // purpose and ids, docs/nerf.md, invariant 1) and plain dense layers initialized from a seed.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <initializer_list>

@@ -2,7 +2,7 @@
 // with an EMA, a threshold, and the binary grid ray_march skips empty space with (docs/nerf.md).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cstdint>

@@ -5,7 +5,9 @@
 // so time(Reference) / time(Op) is the speed-up. Run:
 //   build/tests/bench_gaussian_projection [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>

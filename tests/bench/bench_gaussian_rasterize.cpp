@@ -4,7 +4,9 @@
 // Op_ / Reference_ pairs take the same arguments (width, height, Gaussians), so time(Reference) /
 // time(Op) is the speed-up. Run: build/tests/bench_gaussian_rasterize [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>

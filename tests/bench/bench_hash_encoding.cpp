@@ -5,7 +5,9 @@
 // per level, log2 table size), so time(Reference) / time(Op) is the speed-up.
 // Run: build/tests/bench_hash_encoding [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>

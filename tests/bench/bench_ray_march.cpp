@@ -6,7 +6,9 @@
 // fully occupied grid), so time(Reference) / time(Op) is the speed-up. The step is
 // instant-ngp's: 1024 steps along the box diagonal. Run: build/tests/bench_ray_march
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/nn/functional.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>

@@ -5,7 +5,9 @@
 // threshold: 0 = no early termination, 1 = the default 1e-4), so time(Reference) / time(Op) is
 // the speed-up. Run: build/tests/bench_volume_render [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdint>
 

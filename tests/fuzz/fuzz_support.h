@@ -5,7 +5,8 @@
 // libFuzzer (and the replay driver under CTest) reports it with the input.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <cstdint>

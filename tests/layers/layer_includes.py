@@ -11,6 +11,10 @@ line. What it understands of the column:
   - **except** a family's folder: the families only through `HEADER`: no family folder, but HEADER.
 A row it cannot read fails the test: the table and this script change together.
 
+It also keeps the build fast (docs/testing.md, "Build time"): no file includes <torch/torch.h>,
+and no .cu file includes a <torch/...> header (nvcc parses those three times, without the
+precompiled header).
+
 Usage: layer_includes.py SOURCE_DIR
 """
 import pathlib
@@ -59,6 +63,20 @@ if set(rules) != expected:
 
 include = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"')
 problems, checked = [], 0
+torch_include = re.compile(r'^\s*#\s*include\s+<(torch/[^>]+)>')
+for path in sorted(root.glob("**/*")):
+    rel = path.relative_to(root).as_posix()
+    if (path.suffix not in (".h", ".cpp", ".cu", ".cuh") or not path.is_file()
+            or rel.split("/")[0].startswith(("build", "."))):
+        continue
+    for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        m = torch_include.match(text)
+        if m and m.group(1) == "torch/torch.h":
+            problems.append(f"{rel}:{number}: includes <torch/torch.h>: include the LibTorch headers "
+                            "the file uses (docs/testing.md, Build time)")
+        elif m and path.suffix in (".cu", ".cuh"):
+            problems.append(f"{rel}:{number}: a .cu file includes <{m.group(1)}>: only ATen's and "
+                            "c10's light headers (docs/kernels.md, Light headers for nvcc)")
 for path in sorted(root.glob("**/*")):
     rel = path.relative_to(root).as_posix()
     if path.suffix not in (".h", ".cpp", ".cu", ".cuh") or not path.is_file():

@@ -3,7 +3,7 @@
 // ordinary tensor ops, so autograd gives their gradients. Self-contained: depends on torch only.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // tile binning + rasterization ops against, and tests/bench/bench_gaussian_rasterize.cpp times.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 

@@ -2,7 +2,7 @@
 // tests/bench/bench_hash_encoding.cpp times it against: what one writes without a custom op.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <vector>
