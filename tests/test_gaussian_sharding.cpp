@@ -1,4 +1,4 @@
-// Gaussian sharding (distributed/gaussian_sharding*.h) against single-process references that every
+// Gaussian sharding (models/gaussians/gaussian_sharding*.h) against single-process references that every
 // rank replays from world-size-independent data. Runs under mpiexec -n 1, 2, 3 and 4 (MPI backend).
 #include <gtest/gtest.h>
 
@@ -13,14 +13,14 @@
 
 #include "distributed/communicator.h"
 #include "distributed/errors.h"
-#include "distributed/gaussian_sharding.h"
-#include "distributed/gaussian_sharding_exchange.h"
+#include "models/gaussians/gaussian_sharding.h"
+#include "models/gaussians/gaussian_sharding_exchange.h"
 #include "tests/mpi_test_env.h"
 
-namespace tessera::distributed {
+namespace tessera::models::gaussians {
 namespace {
 
-Communicator& comm() { return test::cpu_world(); }
+distributed::Communicator& comm() { return test::cpu_world(); }
 int rank() { return comm().rank(); }
 int size() { return comm().size(); }
 
@@ -48,7 +48,7 @@ void report(const std::string& what, const torch::Tensor& got, const torch::Tens
 // Every rank's flag, agreed: true only when it is true on all ranks.
 bool all_ranks(bool ok) {
   torch::Tensor t = torch::tensor({static_cast<int64_t>(ok)}, torch::kInt64);
-  comm().allreduce(t, ReduceOp::Min);
+  comm().allreduce(t, distributed::ReduceOp::Min);
   return t.item<int64_t>() == 1;
 }
 
@@ -324,7 +324,7 @@ void check_rebalanced(const std::string& what, const Scene& s, const ShardRows& 
     want.push_back(checksum(torch::arange(g, torch::kInt64), s.tensors[t]));
   }
   torch::Tensor sums = torch::tensor(local, torch::kFloat64);
-  comm().allreduce(sums, ReduceOp::Sum);
+  comm().allreduce(sums, distributed::ReduceOp::Sum);
   report(what + ": global count and checksums", sums, torch::tensor(want, torch::kFloat64), 1e-12);
   // Canonical order: identical to the scene whatever the world size and starting layout.
   const torch::Tensor all_ids = gather_canonical(comm(), rows.global_ids, rows.global_ids, -1);
@@ -394,7 +394,7 @@ TEST(GaussianSharding, RebalanceTriggerAgreedAcrossRanks) {
       << "ranks disagree on the decision";
   if (r2.migrated) check_rebalanced("triggered", s, skewed, true);
   torch::Tensor moved = torch::tensor({r2.rows_sent, r2.rows_received}, torch::kInt64);
-  comm().allreduce(moved, ReduceOp::Sum);
+  comm().allreduce(moved, distributed::ReduceOp::Sum);
   EXPECT_EQ(moved[0].item<int64_t>(), moved[1].item<int64_t>());
 }
 
@@ -628,7 +628,7 @@ TEST(GaussianSharding, ExchangeForwardAndBackwardMatchOneProcess) {
     report(what + ": owner gradients", params.grad(), want_grad, 1e-6, 0.0);
     // The total loss over ranks is the one-process loss.
     torch::Tensor total = loss.detach().to(torch::kFloat64).reshape({1});
-    comm().allreduce(total, ReduceOp::Sum);
+    comm().allreduce(total, distributed::ReduceOp::Sum);
     const double ref_loss = pair_loss(rr.index_select(0, rj), rt, smooth).item<double>();
     EXPECT_NEAR(total.item<double>(), ref_loss, 1e-6 * std::abs(ref_loss)) << what;
 
@@ -645,4 +645,4 @@ TEST(GaussianSharding, ExchangeForwardAndBackwardMatchOneProcess) {
 }
 
 }  // namespace
-}  // namespace tessera::distributed
+}  // namespace tessera::models::gaussians

@@ -255,18 +255,18 @@ TEST_F(GaussianTrainerTest, RebalanceKeepsEveryGaussianOnce) {
                               s.exp_avg_sq().reshape({f->size(0), -1})},
                              1));
     }
-    return distributed::gather_canonical(world(), trainer.global_ids(), torch::cat(m, 1), -1);
+    return gs::gather_canonical(world(), trainer.global_ids(), torch::cat(m, 1), -1);
   };
   auto rows = [&] {
     std::vector<torch::Tensor> v;
     for (const torch::Tensor* f : trainer.local_params().fields())
       v.push_back(f->detach().reshape({f->size(0), -1}));
-    return distributed::gather_canonical(world(), trainer.global_ids(), torch::cat(v, 1), -1);
+    return gs::gather_canonical(world(), trainer.global_ids(), torch::cat(v, 1), -1);
   };
   const int64_t count = trainer.global_count();
   const torch::Tensor ids = trainer.canonical_ids(), before = rows(), before_m = moments();
   const double sum_before = checksum(ids, before);
-  const distributed::RebalanceReport report = trainer.rebalance(true);
+  const gs::RebalanceReport report = trainer.rebalance(true);
   EXPECT_TRUE(report.migrated);
   EXPECT_EQ(report.global_rows, count);
   EXPECT_EQ(trainer.global_count(), count);
@@ -341,7 +341,7 @@ std::vector<torch::Tensor> canonical_state(gs::GaussianTrainer& trainer,
   std::vector<torch::Tensor> out;
   const torch::Tensor& ids = trainer.global_ids();
   for (const torch::Tensor* f : trainer.local_params().fields()) {
-    out.push_back(distributed::gather_canonical(comm, ids, f->detach(), -1));
+    out.push_back(gs::gather_canonical(comm, ids, f->detach(), -1));
     auto it = trainer.optimizer().state().find(f->unsafeGetTensorImpl());
     const bool has = it != trainer.optimizer().state().end();
     const auto* st = has ? static_cast<const torch::optim::AdamParamState*>(it->second.get())
@@ -349,7 +349,7 @@ std::vector<torch::Tensor> canonical_state(gs::GaussianTrainer& trainer,
     for (int m = 0; m < 2; ++m) {
       const torch::Tensor v = st ? (m == 0 ? st->exp_avg() : st->exp_avg_sq())
                                  : torch::zeros_like(f->detach());
-      out.push_back(distributed::gather_canonical(comm, ids, v, -1));
+      out.push_back(gs::gather_canonical(comm, ids, v, -1));
     }
   }
   out.push_back(trainer.canonical_ids());

@@ -181,9 +181,9 @@ void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool 
   }
 }
 
-distributed::RebalanceReport GaussianTrainer::rebalance(bool force) {
+RebalanceReport GaussianTrainer::rebalance(bool force) {
   torch::NoGradGuard no_grad;
-  distributed::ShardRows rows;
+  ShardRows rows;
   rows.means = params_.means.detach();
   rows.global_ids = ids_;
   const auto fields = params_.fields();
@@ -200,11 +200,11 @@ distributed::RebalanceReport GaussianTrainer::rebalance(bool force) {
     rows.tensors.push_back(stats_.count);
     rows.tensors.push_back(stats_.max_radii);
   }
-  const distributed::SceneBounds bounds = distributed::global_bounds(comm_, rows.means);
-  distributed::RebalanceOptions ro;
+  const SceneBounds bounds = global_bounds(comm_, rows.means);
+  RebalanceOptions ro;
   ro.imbalance_threshold = options_.rebalance_threshold;
   ro.force = force;
-  const distributed::RebalanceReport report = distributed::rebalance(comm_, rows, bounds, ro);
+  const RebalanceReport report = gaussians::rebalance(comm_, rows, bounds, ro);  // the free function
   if (report.migrated) {
     ids_ = rows.global_ids;
     install_rows(rows.tensors, with_state);
@@ -480,7 +480,7 @@ GaussianParams GaussianTrainer::canonical_params(int root) {
   const auto src = params_.fields();
   const auto dst = out.fields();
   for (size_t i = 0; i < kFields; ++i)
-    *dst[i] = distributed::gather_canonical(comm_, ids_, src[i]->detach(), root);
+    *dst[i] = gather_canonical(comm_, ids_, src[i]->detach(), root);
   return out;
 }
 
@@ -490,13 +490,13 @@ std::array<torch::Tensor, 6> GaussianTrainer::canonical_grads(int root) {
   for (size_t i = 0; i < kFields; ++i) {
     const torch::Tensor g = src[i]->grad().defined() ? src[i]->grad().detach()
                                                      : torch::zeros_like(src[i]->detach());
-    out[i] = distributed::gather_canonical(comm_, ids_, g, root);
+    out[i] = gather_canonical(comm_, ids_, g, root);
   }
   return out;
 }
 
 torch::Tensor GaussianTrainer::canonical_ids(int root) {
-  return distributed::gather_canonical(comm_, ids_, ids_, root);
+  return gather_canonical(comm_, ids_, ids_, root);
 }
 
 void GaussianTrainer::export_ply(const std::string& path) {

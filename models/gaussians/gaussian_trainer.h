@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "distributed/communicator.h"
-#include "distributed/gaussian_sharding.h"
+#include "models/gaussians/gaussian_sharding.h"
 #include "framework/data/scene.h"
 #include "framework/memory.h"
 #include "framework/phase_timer.h"
@@ -212,7 +212,7 @@ class GaussianTrainer {
 
   // Migrates to Morton ownership when the imbalance exceeds the threshold (or when forced),
   // carrying the Adam moments and densify statistics. Collective.
-  distributed::RebalanceReport rebalance(bool force);
+  RebalanceReport rebalance(bool force);
 
   int64_t local_count() const { return params_.size(); }
   int64_t global_count();  // collective

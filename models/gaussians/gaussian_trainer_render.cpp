@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "distributed/gaussian_sharding_exchange.h"
+#include "models/gaussians/gaussian_sharding_exchange.h"
 #include "kernels/gaussian_projection.h"
 #include "kernels/gaussian_rasterize.h"
 #include "framework/data/lens.h"
@@ -170,7 +170,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
       costs.push_back(torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
     } else {
       rects.push_back(
-          dist::tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
+          tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
       costs.push_back(options_.tile_cost == TileCostKind::Intersections
                           ? tile_counts(rects.back(), tiles_x[b], tiles_y)
                           : torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
@@ -187,7 +187,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   torch::Tensor tile_cost = torch::cat(costs);
   if (options_.tile_cost == TileCostKind::Intersections && !single_rank)
     comm_.allreduce(tile_cost, dist::ReduceOp::Sum);
-  const dist::TilePartition partition = dist::partition_tiles(tile_cost, comm_.size());
+  const TilePartition partition = partition_tiles(tile_cost, comm_.size());
   // Backward marks: the reverse all-to-all is charged to exchange once SH and projection
   // backward can start, and rasterize_bwd ends where every consumer of `received` is done.
   torch::Tensor received, received_side;  // [R, 10] and, on the CPU, [R, 3]
@@ -198,12 +198,12 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   } else {
     std::vector<torch::Tensor> dest;
     for (int64_t b = 0; b < b_count; ++b)
-      dest.push_back(dist::destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
-    const dist::ExchangePlan plan = dist::make_exchange_plan(comm_, torch::cat(dest));
+      dest.push_back(destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
+    const ExchangePlan plan = make_exchange_plan(comm_, torch::cat(dest));
     received = phase_mark(
-        dist::exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
+        exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
         &phases_, "rasterize_bwd");
-    received_side = dist::exchange_with_plan(comm_, plan, torch::cat(side)).cpu();
+    received_side = exchange_with_plan(comm_, plan, torch::cat(side)).cpu();
   }
   if (batch != nullptr) batch->received = received;
   phases_.lap("exchange");

@@ -1,6 +1,6 @@
 // Tile partition, destination ranks of projected Gaussians, and the differentiable all-to-all-v
 // of projected attributes whose backward is the reverse all-to-all-v.
-#include "distributed/gaussian_sharding_exchange.h"
+#include "models/gaussians/gaussian_sharding_exchange.h"
 
 #include <ATen/Parallel.h>
 
@@ -9,10 +9,10 @@
 #include <string>
 
 #include "distributed/errors.h"
-#include "distributed/gaussian_sharding.h"
 #include "kernels/cpu/parallel.h"
+#include "models/gaussians/gaussian_sharding.h"
 
-namespace tessera::distributed {
+namespace tessera::models::gaussians {
 
 namespace {
 
@@ -33,7 +33,7 @@ class RowExchangeFunction : public torch::autograd::Function<RowExchangeFunction
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
                                const torch::Tensor& sent,  // [M, *]
-                               Communicator* comm, const std::vector<int64_t>& send_counts) {
+                               distributed::Communicator* comm, const std::vector<int64_t>& send_counts) {
     std::vector<int64_t> recv_counts;
     torch::Tensor received = comm->all_to_all_v(sent.contiguous(), send_counts, &recv_counts);
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
@@ -43,7 +43,7 @@ class RowExchangeFunction : public torch::autograd::Function<RowExchangeFunction
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    auto* comm = reinterpret_cast<distributed::Communicator*>(ctx->saved_data["comm"].toInt());
     const std::vector<int64_t> recv_counts = ctx->saved_data["recv_counts"].toIntVector();
     // v_received [R, *] goes back to the sources: what came from rank s returns to rank s.
     const torch::Tensor v_sent = comm->all_to_all_v(grads[0].contiguous(), recv_counts);
@@ -137,7 +137,7 @@ torch::Tensor destination_ranks(const torch::Tensor& rects, int64_t tiles_x, int
   return out.to(rects.device());
 }
 
-ExchangePlan make_exchange_plan(Communicator& comm, const torch::Tensor& destinations) {
+ExchangePlan make_exchange_plan(distributed::Communicator& comm, const torch::Tensor& destinations) {
   require(destinations.dim() == 2 && destinations.size(1) == comm.size() &&
               destinations.scalar_type() == torch::kBool,
           "make_exchange_plan: destinations must be [P, " + std::to_string(comm.size()) +
@@ -157,14 +157,14 @@ ExchangePlan make_exchange_plan(Communicator& comm, const torch::Tensor& destina
   return plan;
 }
 
-torch::Tensor all_to_all_rows(Communicator& comm, const torch::Tensor& sent,
+torch::Tensor all_to_all_rows(distributed::Communicator& comm, const torch::Tensor& sent,
                               const std::vector<int64_t>& send_counts) {
   require(sent.dim() >= 1 && sent.is_floating_point(),
           "all_to_all_rows: sent must be [M, *] floating point");
   return RowExchangeFunction::apply(sent, &comm, send_counts);
 }
 
-torch::Tensor exchange_projected(Communicator& comm, const ExchangePlan& plan,
+torch::Tensor exchange_projected(distributed::Communicator& comm, const ExchangePlan& plan,
                                  const torch::Tensor& rows) {
   require(rows.dim() >= 1 && rows.size(0) == plan.num_rows,
           "exchange_projected: rows must be [P, *] with P = " + std::to_string(plan.num_rows) +
@@ -184,7 +184,7 @@ torch::Tensor accumulate_to_sources(const torch::Tensor& v_sent, const torch::Te
       .index_add_(0, source_rows.to(v_sent.device()), v_sent);
 }
 
-torch::Tensor exchange_with_plan(Communicator& comm, const ExchangePlan& plan,
+torch::Tensor exchange_with_plan(distributed::Communicator& comm, const ExchangePlan& plan,
                                  const torch::Tensor& tensor) {
   require(tensor.dim() >= 1 && tensor.size(0) == plan.num_rows,
           "exchange_with_plan: tensor must be [P, *] with P = " + std::to_string(plan.num_rows));
@@ -198,4 +198,4 @@ torch::Tensor received_from(const ExchangePlan& plan) {
                                   torch::tensor(plan.recv_counts, torch::kInt64));
 }
 
-}  // namespace tessera::distributed
+}  // namespace tessera::models::gaussians

@@ -9,7 +9,7 @@
 
 #include "distributed/communicator.h"
 
-namespace tessera::distributed {
+namespace tessera::models::gaussians {
 
 // Rank r renders the tiles [starts[r], starts[r + 1]) of the batch's tile sequence: the row-major
 // tiles (kernels/tile_binning.h) of view 0, then those of view 1, and so on. Blocks are contiguous
@@ -64,7 +64,7 @@ struct ExchangePlan {
 
 // The plan for a destination mask (from destination_ranks; several views' masks concatenated
 // along P give one plan for the batch). Collective: exchanges the row counts.
-ExchangePlan make_exchange_plan(Communicator& comm,
+ExchangePlan make_exchange_plan(distributed::Communicator& comm,
                                 const torch::Tensor& destinations);  // [P, size] bool
 
 // The projected-attribute exchange, differentiable: returns [R, *] = the rows every rank sent
@@ -74,13 +74,13 @@ ExchangePlan make_exchange_plan(Communicator& comm,
 // Collective in forward AND backward: every rank's loss must depend on its received rows (add
 // 0 * received.sum() if a rank has nothing to render), and `rows` must require grad on every rank
 // or on none, so that the reverse all-to-all-v runs everywhere. No double backward.
-torch::Tensor exchange_projected(Communicator& comm, const ExchangePlan& plan,
+torch::Tensor exchange_projected(distributed::Communicator& comm, const ExchangePlan& plan,
                                  const torch::Tensor& rows);  // [P, *] float -> [R, *]
 
 // The raw differentiable op under exchange_projected: `sent` [M, *] (floating point), its first
 // send_counts[0] rows to rank 0 and so on; returns [R, *]. Its backward returns [M, *]: the
 // gradients of the sent rows, not yet summed per source row (see accumulate_to_sources).
-torch::Tensor all_to_all_rows(Communicator& comm, const torch::Tensor& sent,  // [M, *]
+torch::Tensor all_to_all_rows(distributed::Communicator& comm, const torch::Tensor& sent,  // [M, *]
                               const std::vector<int64_t>& send_counts);       // [size]
 
 // Sums the gradients of sent rows into their source rows: out[source_rows[i]] += v_sent[i].
@@ -90,10 +90,10 @@ torch::Tensor accumulate_to_sources(const torch::Tensor& v_sent,       // [M, *]
 
 // Side data of the exchanged rows (global ids, view index, rects: any dtype), sent by the same
 // plan, not differentiated. Collective.
-torch::Tensor exchange_with_plan(Communicator& comm, const ExchangePlan& plan,
+torch::Tensor exchange_with_plan(distributed::Communicator& comm, const ExchangePlan& plan,
                                  const torch::Tensor& tensor);  // [P, *] -> [R, *]
 
 // The source rank of every received row: [R] int64 (on the CPU).
 torch::Tensor received_from(const ExchangePlan& plan);
 
-}  // namespace tessera::distributed
+}  // namespace tessera::models::gaussians

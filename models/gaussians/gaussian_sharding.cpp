@@ -1,6 +1,6 @@
 // Gaussian ownership: Morton codes, balanced splits, row migration, rebalancing by a distributed
 // binary search over the global (morton, global id) order, and the canonical gather.
-#include "distributed/gaussian_sharding.h"
+#include "models/gaussians/gaussian_sharding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 
-namespace tessera::distributed {
+namespace tessera::models::gaussians {
 
 namespace detail {
 
@@ -93,16 +93,16 @@ struct LocalKeys {
 };
 
 // Sums one value per target over the ranks.
-std::vector<double> allreduce_sum(Communicator& comm, const std::vector<double>& values) {
+std::vector<double> allreduce_sum(distributed::Communicator& comm, const std::vector<double>& values) {
   torch::Tensor t = torch::tensor(values, torch::kFloat64).to(comm.device());
-  comm.allreduce(t, ReduceOp::Sum);
+  comm.allreduce(t, distributed::ReduceOp::Sum);
   return to_doubles(t);
 }
 
 // The first key of ranks 1..size-1 in the global key order, split as balanced_boundaries splits
 // the costs in that order. Bisection first on the code, then on the id within that code; every
 // rank runs the same number of steps, and rank 0's result is broadcast.
-std::vector<Key> start_keys(Communicator& comm, const LocalKeys& local, double total) {
+std::vector<Key> start_keys(distributed::Communicator& comm, const LocalKeys& local, double total) {
   const int parts = comm.size();
   if (parts == 1) return {};
   // Global extremes of codes and ids bound the bisections (exact integer allreduces).
@@ -113,8 +113,8 @@ std::vector<Key> start_keys(Communicator& comm, const LocalKeys& local, double t
   }
   torch::Tensor mins = torch::tensor({lo_c, lo_id}, torch::kInt64).to(comm.device());
   torch::Tensor maxs = torch::tensor({hi_c, hi_id}, torch::kInt64).to(comm.device());
-  comm.allreduce(mins, ReduceOp::Min);
-  comm.allreduce(maxs, ReduceOp::Max);
+  comm.allreduce(mins, distributed::ReduceOp::Min);
+  comm.allreduce(maxs, distributed::ReduceOp::Max);
   const std::vector<int64_t> mn = to_int64s(mins), mx = to_int64s(maxs);
 
   const int m = parts - 1;
@@ -173,7 +173,7 @@ void require(bool ok, const std::string& message) {
 
 }  // namespace
 
-SceneBounds global_bounds(Communicator& comm, const torch::Tensor& means) {
+SceneBounds global_bounds(distributed::Communicator& comm, const torch::Tensor& means) {
   require(means.dim() == 2 && means.size(1) == 3, "global_bounds: means must be [n, 3]");
   const double inf = std::numeric_limits<double>::infinity();
   torch::Tensor lo = torch::full({3}, inf, torch::kFloat64);
@@ -185,8 +185,8 @@ SceneBounds global_bounds(Communicator& comm, const torch::Tensor& means) {
   }
   lo = lo.to(comm.device());
   hi = hi.to(comm.device());
-  comm.allreduce(lo, ReduceOp::Min);
-  comm.allreduce(hi, ReduceOp::Max);
+  comm.allreduce(lo, distributed::ReduceOp::Min);
+  comm.allreduce(hi, distributed::ReduceOp::Max);
   const std::vector<double> l = to_doubles(lo), h = to_doubles(hi);
   SceneBounds b;
   if (!(l[0] <= h[0])) return b;  // no rows anywhere
@@ -240,7 +240,7 @@ std::vector<int64_t> balanced_boundaries(const torch::Tensor& costs, int parts) 
   return b;
 }
 
-std::vector<torch::Tensor> migrate_rows(Communicator& comm, const torch::Tensor& destination,
+std::vector<torch::Tensor> migrate_rows(distributed::Communicator& comm, const torch::Tensor& destination,
                                         const std::vector<torch::Tensor>& tensors) {
   require(destination.dim() == 1 && destination.scalar_type() == torch::kInt64,
           "migrate_rows: destination must be [n] int64");
@@ -263,9 +263,9 @@ std::vector<torch::Tensor> migrate_rows(Communicator& comm, const torch::Tensor&
                                              std::to_string(comm.size()) + ")");
   }
   // Every rank must move the same kinds of rows, or the byte rows would be misread.
-  const int64_t fp = static_cast<int64_t>(fingerprint(layout) >> 2);
+  const int64_t fp = static_cast<int64_t>(distributed::fingerprint(layout) >> 2);
   torch::Tensor check = torch::tensor({fp, -fp}, torch::kInt64).to(device);
-  comm.allreduce(check, ReduceOp::Max);
+  comm.allreduce(check, distributed::ReduceOp::Max);
   const std::vector<int64_t> got = to_int64s(check);
   require(got[0] == fp && got[1] == -fp,
           "migrate_rows: ranks passed tensors of different count, dtype or trailing shape");
@@ -296,7 +296,7 @@ std::vector<torch::Tensor> migrate_rows(Communicator& comm, const torch::Tensor&
   return out;
 }
 
-RebalanceReport rebalance(Communicator& comm, ShardRows& rows, const SceneBounds& bounds,
+RebalanceReport rebalance(distributed::Communicator& comm, ShardRows& rows, const SceneBounds& bounds,
                           const RebalanceOptions& options) {
   require(rows.means.dim() == 2 && rows.means.size(1) == 3, "rebalance: means must be [n, 3]");
   const int64_t n = rows.means.size(0);
@@ -314,8 +314,8 @@ RebalanceReport rebalance(Communicator& comm, ShardRows& rows, const SceneBounds
   torch::Tensor sums = torch::stack({torch::tensor(static_cast<double>(n), torch::kFloat64),
                                      costs.sum().cpu()}).to(device);
   torch::Tensor maxs = sums.clone();
-  comm.allreduce(sums, ReduceOp::Sum);
-  comm.allreduce(maxs, ReduceOp::Max);
+  comm.allreduce(sums, distributed::ReduceOp::Sum);
+  comm.allreduce(maxs, distributed::ReduceOp::Max);
   const std::vector<double> s = to_doubles(sums), mx = to_doubles(maxs);
   RebalanceReport report;
   const double w = comm.size();
@@ -382,7 +382,7 @@ RebalanceReport rebalance(Communicator& comm, ShardRows& rows, const SceneBounds
   return report;
 }
 
-torch::Tensor gather_canonical(Communicator& comm, const torch::Tensor& global_ids,
+torch::Tensor gather_canonical(distributed::Communicator& comm, const torch::Tensor& global_ids,
                                const torch::Tensor& tensor, int root) {
   require(global_ids.dim() == 1 && global_ids.scalar_type() == torch::kInt64,
           "gather_canonical: global_ids must be [n] int64");
@@ -403,4 +403,4 @@ torch::Tensor gather_canonical(Communicator& comm, const torch::Tensor& global_i
   return detail::bytes_as_rows(bytes.index_select(0, std::get<1>(sorted)), tensor);
 }
 
-}  // namespace tessera::distributed
+}  // namespace tessera::models::gaussians

@@ -9,7 +9,7 @@
 
 #include "distributed/communicator.h"
 
-namespace tessera::distributed {
+namespace tessera::models::gaussians {
 
 // An axis-aligned scene box. Positions are quantized inside it; outside it they are clamped.
 struct SceneBounds {
@@ -19,7 +19,7 @@ struct SceneBounds {
 
 // The box of every rank's `means` (allreduce of min and max), identical on every rank. An empty
 // scene gives the unit box. Collective.
-SceneBounds global_bounds(Communicator& comm, const torch::Tensor& means);  // [n, 3]
+SceneBounds global_bounds(distributed::Communicator& comm, const torch::Tensor& means);  // [n, 3]
 
 // Bits per axis of a Morton code: 10 gives 30-bit codes, 21 gives 63-bit codes (the default).
 constexpr int kMortonBits30 = 10;
@@ -52,7 +52,7 @@ std::vector<int64_t> balanced_boundaries(const torch::Tensor& costs,  // [T] flo
 // required grad gives a leaf that requires grad. Collective: every rank passes the same number of
 // tensors with the same dtypes and trailing shapes, on the communicator's device.
 std::vector<torch::Tensor> migrate_rows(
-    Communicator& comm,
+    distributed::Communicator& comm,
     const torch::Tensor& destination,          // [n_local] int64 in [0, size)
     const std::vector<torch::Tensor>& tensors);  // each [n_local, *]
 
@@ -89,14 +89,14 @@ struct RebalanceReport {
 // order, which depends neither on the world size nor on the initial distribution. `rows` is
 // replaced by the migrated rows (unchanged when no migration happens). The decision is rank 0's,
 // broadcast. Collective.
-RebalanceReport rebalance(Communicator& comm, ShardRows& rows, const SceneBounds& bounds,
+RebalanceReport rebalance(distributed::Communicator& comm, ShardRows& rows, const SceneBounds& bounds,
                           const RebalanceOptions& options = {});
 
 // The rows of every rank ordered by global id (ascending), for snapshots and PLY export whatever
 // the world size. Returns [N, *] on `root`, or on every rank when root < 0; an undefined tensor on
 // the other ranks. The Communicator has no gather, so this is an allgatherv on every rank.
 // Throws UserError if a global id appears twice. Collective.
-torch::Tensor gather_canonical(Communicator& comm,
+torch::Tensor gather_canonical(distributed::Communicator& comm,
                                const torch::Tensor& global_ids,  // [n] int64
                                const torch::Tensor& tensor,      // [n, *] any dtype
                                int root = 0);
@@ -109,4 +109,4 @@ torch::Tensor bytes_as_rows(const torch::Tensor& bytes,    // [m, B] uint8
                             const torch::Tensor& like);    // [*, *rest] -> [m, *rest]
 }  // namespace detail
 
-}  // namespace tessera::distributed
+}  // namespace tessera::models::gaussians
