@@ -1,5 +1,5 @@
 // Replicated parameters and their Adam state in a snapshot, for families whose parameters are the
-// same on every rank (the ray family, the diffusion family): each parameter under
+// same on every rank (replicated, not sharded): each parameter under
 // snapshot_param(name), its moments and step count under snapshot_optimizer(name, ...)
 // (docs/formats.md).
 #pragma once
@@ -22,7 +22,7 @@ void write_adam_params(SnapshotWriter& writer, const NamedParams& params, torch:
 
 // Reads them back into `params` and `adam`. UserError naming the snapshot and the parameter when
 // one is missing or has another shape; `settings` names where the model's sizes are set (e.g.
-// "the [nerf] keys"), for that message.
+// "the [<family>] keys"), for that message.
 void read_adam_params(const SnapshotReader& reader, const NamedParams& params,
                       torch::optim::Adam& adam, const std::string& settings);
 

@@ -1,7 +1,7 @@
 // AutocastScope: bf16/fp16 autocast for the scope of a forward pass (a family's training step,
-// `tessera bench nerf --precision`), on CUDA and, for bf16, on the CPU; a no-op for fp32. And the
+// the benches' `--precision`), on CUDA and, for bf16, on the CPU; a no-op for fp32. And the
 // autocast state a recomputation in backward captures in forward and replays (AutocastReplay:
-// framework/checkpoint.cpp, the point-diffusion attention).
+// framework/checkpoint.cpp, a family's own recomputed attention).
 #pragma once
 
 #include <ATen/autocast_mode.h>

@@ -9,8 +9,8 @@
 namespace tessera {
 
 // One pass over the training data in the family's work units (ModelFamily::work_unit): what the
-// pass holds (nerf: the train views' pixels; gaussians: the train views; point-diffusion: the
-// train shapes) and what one step consumes (rays_per_step, views_per_step, batch).
+// pass holds (e.g. the train views' pixels, the train views or the train shapes) and what one
+// step consumes (e.g. the rays, views or shapes of a step).
 struct EpochSize {
   double work = 0.0;
   double work_per_step = 0.0;  // 0: the family has no epochs
@@ -20,8 +20,8 @@ struct EpochSize {
 // family has no epochs (work_per_step 0) or the dataset has no training data.
 int64_t steps_for_epochs(double epochs, const EpochSize& size, const std::string& model);
 
-// The budget keeps this fraction of itself unplanned: step times vary (a NeRF's occupancy grid
-// empties, 3DGS densifies), and the last check before the deadline is a step away.
+// The budget keeps this fraction of itself unplanned: step times vary (an occupancy grid
+// empties, a model densifies), and the last check before the deadline is a step away.
 constexpr double kBudgetMargin = 0.05;
 
 // What a time budget allows after `done` steps, from what the run measured.

@@ -244,6 +244,7 @@ class ConfigBuilder {
     const std::string model = model_name();
     if (stored_) place_moved_keys(model);
     refuse_unread_keys(model);
+    refuse_values_the_model_lacks(model);
     for (const auto& spec : cs::schema()) {
       const auto it = values_.find(spec.dotted());
       if (it != values_.end()) {
@@ -345,6 +346,22 @@ class ConfigBuilder {
                               "' is not read by model '" + model + "'" +
                               (readers.empty() ? "" : " (only by " + readers + ")") +
                               "; remove it, or set model.name to a model that reads it");
+    }
+  }
+
+  // A framework key whose values the model restricts (FamilyInfo::key_choices, e.g. the
+  // checkpoint policies it implements) must be set to one of them.
+  void refuse_values_the_model_lacks(const std::string& model) {
+    for (const auto& spec : cs::schema()) {
+      const std::vector<std::string> values = cs::model_choices(model, spec);
+      const auto set = set_at_.find(spec.dotted());
+      if (values.empty() || set == set_at_.end()) continue;
+      const std::string& value = std::get<std::string>(values_.at(spec.dotted()));
+      if (std::find(values.begin(), values.end(), value) != values.end()) continue;
+      std::string list;
+      for (const std::string& v : values) list += (list.empty() ? "" : ", ") + v;
+      add(set->second.pos, set->second.where + "key '" + spec.dotted() + "' = \"" + value +
+                               "\" is not one of model '" + model + "''s: " + list);
     }
   }
 

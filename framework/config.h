@@ -25,7 +25,7 @@ struct DataConfig {
 };
 
 // [model] — which model to train (looked up by name in the family registry). The model's own
-// keys live in its family's section ([nerf], [gaussians], ...): Config::section<S>().
+// keys live in its family's section ([<family>]): Config::section<S>().
 struct ModelConfig {
   std::string name;
 };
@@ -126,7 +126,7 @@ struct Config {
 // fills defaults. Throws UserError on any problem; the message starts with the location
 // ("FILE:LINE: ..." or "--set OVERRIDE: ..."). The families' sections are known once their
 // FamilyInfos are registered (FamilyRegistry::add); a key the chosen model does not read (another
-// family's, or a framework key its family lists as unused) is refused by name.
+// family's, or an opt-in framework key its family does not declare) is refused by name.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Same from TOML text (for tests; `origin` names it in messages). run.name defaults to "run".

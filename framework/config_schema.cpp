@@ -110,22 +110,22 @@ const std::vector<KeySpec>& framework_keys() {
                "docs/training_loop.md). metrics.jsonl has them always (phase_s)."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
-          .doc("Path to the dataset: a tessera-scene HDF5 file, or a tessera-shapes file for `point-diffusion` (docs/formats.md); empty means none."),
+          .doc("Path to the dataset: a tessera-scene HDF5 file, or another kind that the model's family opens, e.g. a tessera-shapes file (docs/formats.md); empty means none."),
       key("model", "name", [](auto& c) -> auto& { return c.model.name; })
-          .defaults_to("nerf-hash")
-          .doc("Model to train, by its family's name (docs/architecture.md): `nerf-hash`, `nerf-mlp` (docs/nerf.md), `gaussians` (3DGS, docs/gaussians.md) or `point-diffusion` (docs/diffusion.md). Its keys are in its family's section below; a key the model does not read is refused."),
+          .defaults_to("")
+          .doc("Model to train, by its family's name (docs/architecture.md): one of the models that read the family sections below, whose keys are there; a key the model does not read is refused. An unknown name is refused with the list of known ones."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxSteps)
-          .doc("Optimizer steps; the step-valued schedule keys of the model's section (e.g. `gaussians.densify_until`) are written for this count and scale with the steps a budget chooses (train.epochs, train.time_budget_minutes; docs/training_loop.md, \"Budgets\")."),
+          .doc("Optimizer steps; the step-valued schedule keys of the model's section (e.g. a densification schedule) are written for this count and scale with the steps a budget chooses (train.epochs, train.time_budget_minutes; docs/training_loop.md, \"Budgets\")."),
       key("train", "epochs", [](auto& c) -> auto& { return c.train.epochs; })
           .defaults_to(0.0).range(0.0, 1e6)
-          .doc("When > 0, train.steps is replaced by this many passes over the training data: ceil(epochs x epoch / batch), with the epoch and the batch in the family's work units (nerf: the train views' pixels and nerf.rays_per_step; gaussians: the train views and gaussians.views_per_step; point-diffusion: the train shapes and diffusion.batch), so that a capture of 300 views trains longer than one of 50. The progress line says the plan. 0 = train.steps."),
+          .doc("When > 0, train.steps is replaced by this many passes over the training data: ceil(epochs x epoch / batch), with the epoch and the batch in the family's work units (e.g. the train views' pixels and the rays per step, or the train shapes and the batch; each family's doc says its own), so that a capture of 300 views trains longer than one of 50. The progress line says the plan. 0 = train.steps."),
       key("train", "time_budget_minutes", [](auto& c) -> auto& { return c.train.time_budget_minutes; })
           .defaults_to(0.0).range(0.0, 1e6)
           .doc("Wall-clock budget of the run (a resumed run counts the time before its snapshot). From the step times it measures, the run plans the steps that fit, keeping time for the final eval and snapshot, at most the steps of train.steps or train.epochs; the schedules scale with the plan; a run that still runs out of time ends early with its final eval and snapshot. The step count then depends on the machine's speed: 0 (none) for runs that must be bitwise reproducible."),
       key("train", "precision", [](auto& c) -> auto& { return c.train.precision; })
           .defaults_to("fp32").one_of({"fp32", "bf16", "fp16"})
-          .doc("Arithmetic of the forward: bf16 autocast (CUDA and CPU), or fp16 autocast with a dynamic loss scaler (CUDA only). Compositing, the 3DGS kernels and the 3DGS loss stay float32."),
+          .doc("Arithmetic of the forward: bf16 autocast (CUDA and CPU), or fp16 autocast with a dynamic loss scaler (CUDA only). What each model keeps in float32 (e.g. compositing) is in its doc."),
       key("train", "log_every", [](auto& c) -> auto& { return c.train.log_every; })
           .defaults_to(50).range(1, kMaxSteps)
           .doc("Steps between progress lines and metrics.jsonl records."),
@@ -136,35 +136,35 @@ const std::vector<KeySpec>& framework_keys() {
           .defaults_to(300).range(0, kMaxSteps)
           .doc("After this many steps, warn (once, naming the likely causes the model's family gives: for captured views poses, bounds, background, learning rate) when the mean loss of the last 50 steps is not at least 10% below that of the 50 after a warm-up of a sixth of them; 0 = never."),
       key("sampling", "schedule", [](auto& c) -> auto& { return c.sampling.schedule; })
-          .defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
-          .doc("Schedule of the sampling rate, the fraction of training rays (NeRF) or views (`gaussians`) drawn per epoch."),
+          .opt_in().defaults_to("constant").one_of({"constant", "linear", "cosine", "step"})
+          .doc("Schedule of the sampling rate, the fraction of the family's training items (e.g. rays or views) drawn per epoch."),
       key("sampling", "rate_max", [](auto& c) -> auto& { return c.sampling.rate_max; })
-          .defaults_to(1.0).range_open_low(0, 1)
+          .opt_in().defaults_to(1.0).range_open_low(0, 1)
           .doc("Sampling rate at the first step."),
       key("sampling", "rate_min", [](auto& c) -> auto& { return c.sampling.rate_min; })
-          .defaults_to(1.0).range_open_low(0, 1)
+          .opt_in().defaults_to(1.0).range_open_low(0, 1)
           .doc("Lowest sampling rate (reached at the last step by linear and cosine)."),
       key("sampling", "step_every", [](auto& c) -> auto& { return c.sampling.step_every; })
-          .defaults_to(1000).range(1, kMaxSteps)
+          .opt_in().defaults_to(1000).range(1, kMaxSteps)
           .doc("Step schedule: steps between rate reductions."),
       key("sampling", "step_factor", [](auto& c) -> auto& { return c.sampling.step_factor; })
-          .defaults_to(0.5).range_open_low(0, 1)
+          .opt_in().defaults_to(0.5).range_open_low(0, 1)
           .doc("Step schedule: factor applied to the rate at each reduction."),
       key("sampling", "rescale_lr", [](auto& c) -> auto& { return c.sampling.rescale_lr; })
-          .defaults_to(false)
+          .opt_in().defaults_to(false)
           .doc("Scale the learning rate with the sampling rate (docs/training.md)."),
       key("checkpoint", "policy", [](auto& c) -> auto& { return c.checkpoint.policy; })
-          .defaults_to("none").one_of({"none", "segments", "budget", "blocks", "attention"})
-          .doc("Activation checkpointing per rank (docs/checkpointing.md). Each model takes its own: `nerf-hash` and `nerf-mlp` none, segments or budget; `gaussians` none or budget (views per pass); `point-diffusion` none, blocks (each transformer block), attention (only the attention core) or budget (as few whole blocks as fit `checkpoint.budget_mib`)."),
+          .opt_in().defaults_to("none")
+          .doc("Activation checkpointing per rank, by name (docs/checkpointing.md): `none`, or a policy of the model's, as the Allowed column lists them; what each recomputes is in its model's doc. Another value is refused at load."),
       key("checkpoint", "segments", [](auto& c) -> auto& { return c.checkpoint.segments; })
-          .defaults_to("")
+          .opt_in().defaults_to("")
           .doc("`segments` policy: comma-separated names of the model segments to recompute."),
       key("checkpoint", "every", [](auto& c) -> auto& { return c.checkpoint.every; })
-          .defaults_to(0).at_least(0)
+          .opt_in().defaults_to(0).at_least(0)
           .doc("`segments` policy: recompute every N-th segment (0 = off; 1 = all but the last, whose recompute would come first in backward and lower the peak by nothing; name it in `segments` to force it)."),
       key("checkpoint", "budget_mib", [](auto& c) -> auto& { return c.checkpoint.budget_mib; })
-          .defaults_to(0.0).at_least(0)
-          .doc("`budget` policy: activation memory per rank, MiB, the recomputes' transient included; the segments whose recompute costs least and whose predicted peak fits are recomputed (`point-diffusion`: the fewest transformer blocks; `gaussians`: the most views per pass that fit, see `gaussians.views_per_pass`)."),
+          .opt_in().defaults_to(0.0).at_least(0)
+          .doc("`budget` policy: activation memory per rank, MiB, the recomputes' transient included; the model recomputes the least whose predicted peak fits (its unit of recompute, e.g. segments, blocks or views per pass, is in its model's doc and docs/checkpointing.md)."),
       key("snapshot", "every", [](auto& c) -> auto& { return c.snapshot.every; })
           .defaults_to(1000).range(0, kMaxSteps)
           .doc("Steps between snapshots in RUN_DIR/snapshots (0 = only at the end; one is always written at the end, on SIGTERM/SIGINT and at `--until`)."),
@@ -179,7 +179,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Steps between evaluations; 0 = only at the end."),
       key("eval", "split", [](auto& c) -> auto& { return c.eval.split; })
           .defaults_to("val").one_of({"val", "test", "train"})
-          .doc("The split evaluated: its views (PSNR, SSIM, rendered PNGs), or its shapes (`point-diffusion`: the held-out denoising loss and, with `diffusion.generative_eval`, MMD, COV and 1-NNA of as many samples)."),
+          .doc("The split evaluated, with the family's eval metrics (each family's doc): its views (PSNR, SSIM, rendered PNGs), or its shapes (e.g. a held-out loss and sample metrics)."),
       key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
           .defaults_to(4).range(1, 100000)
           .doc("Items (views, shapes) of the split scored per evaluation, the first ones."),
@@ -204,10 +204,10 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Debug mode: check each step that agreed values are identical on every rank."),
       key("distributed", "first_bucket_mib",
           [](auto& c) -> auto& { return c.distributed.first_bucket_mib; })
-          .defaults_to(1.0).range_open_low(0, 4096)
+          .opt_in().defaults_to(1.0).range_open_low(0, 4096)
           .doc("Gradient sync: size of the first bucket, small so communication starts early."),
       key("distributed", "bucket_mib", [](auto& c) -> auto& { return c.distributed.bucket_mib; })
-          .defaults_to(25.0).range_open_low(0, 4096)
+          .opt_in().defaults_to(25.0).range_open_low(0, 4096)
           .doc("Gradient sync: size of the later buckets."),
   };
   return kKeys;
@@ -218,7 +218,12 @@ struct Schema {
   std::vector<std::string> sections = framework_sections();
   std::vector<KeySpec> keys = framework_keys();
   std::vector<SectionSpec> family_sections;
-  std::vector<std::pair<std::string, std::vector<std::string>>> models;  // model, unused keys
+  struct Model {
+    std::string name;
+    std::vector<std::string> shared;  // opt-in framework keys it reads (dotted, or a section)
+    std::vector<KeyChoices> choices;  // framework keys whose values it restricts
+  };
+  std::vector<Model> models;
 };
 
 Schema& the_schema() {
@@ -273,34 +278,71 @@ void add_section(SectionSpec section) {
   schema.family_sections.push_back(std::move(section));
 }
 
-void add_model(const std::string& model, std::vector<std::string> unused) {
-  for (const std::string& dotted : unused) {
-    bool known = false;
-    for (const KeySpec& spec : framework_keys()) known = known || spec.dotted() == dotted;
-    if (!known) throw std::logic_error("model '" + model + "' lists '" + dotted +
-                                       "' as unused, which is not a framework key");
+void add_model(const std::string& model, std::vector<std::string> shared,
+               std::vector<KeyChoices> choices) {
+  auto framework_key = [](const std::string& dotted) -> const KeySpec* {
+    for (const KeySpec& spec : the_schema().keys)
+      if (spec.dotted() == dotted && !family_section(spec.section)) return &spec;
+    return nullptr;
+  };
+  auto declared = [&](const KeySpec& spec) {
+    return !spec.declared_only || contains(shared, spec.dotted()) || contains(shared, spec.section);
+  };
+  for (const std::string& entry : shared) {
+    bool names_opt_in_key = false;
+    for (const KeySpec& spec : the_schema().keys)
+      names_opt_in_key = names_opt_in_key || (spec.declared_only && !family_section(spec.section) &&
+                                              (spec.dotted() == entry || spec.section == entry));
+    if (!names_opt_in_key)
+      throw std::logic_error("model '" + model + "' declares '" + entry +
+                             "', which names no opt-in framework key");
   }
-  for (auto& [name, keys] : the_schema().models) {
-    if (name == model) {
-      keys = std::move(unused);
+  for (const KeyChoices& entry : choices) {
+    const KeySpec* spec = framework_key(entry.key);
+    if (!spec || spec->kind != ValueKind::kString || !spec->fixed_default || !declared(*spec))
+      throw std::logic_error("model '" + model + "' restricts '" + entry.key +
+                             "', which is not a framework string key with a default it reads");
+    if (!contains(entry.values, std::get<std::string>(*spec->fixed_default)))
+      throw std::logic_error("model '" + model + "' restricts '" + entry.key +
+                             "' to values without its default");
+  }
+  Schema::Model spec{model, std::move(shared), std::move(choices)};
+  for (Schema::Model& known : the_schema().models) {
+    if (known.name == model) {
+      known = std::move(spec);
       return;
     }
   }
-  the_schema().models.emplace_back(model, std::move(unused));
+  the_schema().models.push_back(std::move(spec));
 }
 
 std::vector<std::string> models() {
   std::vector<std::string> out;
-  for (const auto& entry : the_schema().models) out.push_back(entry.first);
+  for (const Schema::Model& entry : the_schema().models) out.push_back(entry.name);
   return out;
+}
+
+void set_default_model(const std::string& model) {
+  for (KeySpec& spec : the_schema().keys)
+    if (spec.dotted() == "model.name") spec.fixed_default = Value(model);
+}
+
+std::vector<std::string> model_choices(const std::string& model, const KeySpec& spec) {
+  for (const Schema::Model& entry : the_schema().models)
+    if (entry.name == model)
+      for (const KeyChoices& choice : entry.choices)
+        if (choice.key == spec.dotted()) return choice.values;
+  return {};
 }
 
 bool reads(const std::string& model, const KeySpec& spec) {
   if (const SectionSpec* section = family_section(spec.section)) {
     return contains(section->models, model) && (spec.models.empty() || contains(spec.models, model));
   }
-  for (const auto& [name, unused] : the_schema().models)
-    if (name == model) return !contains(unused, spec.dotted());
+  for (const Schema::Model& entry : the_schema().models)
+    if (entry.name == model)
+      return !spec.declared_only || contains(entry.shared, spec.dotted()) ||
+             contains(entry.shared, spec.section);
   return true;
 }
 
@@ -413,6 +455,16 @@ std::string config_reference_markdown() {
       } else if (spec.min || spec.max || spec.kind == cs::ValueKind::kBool) {
         allowed = "`" + allowed + "`";
       }
+      // Models that restrict a framework key: "model-a: `none`, `segments`; model-b: ...".
+      std::string per_model;
+      for (const std::string& model : cs::models()) {
+        const std::vector<std::string> values = cs::model_choices(model, spec);
+        if (values.empty()) continue;
+        std::string list;
+        for (const std::string& v : values) list += (list.empty() ? "`" : ", `") + v + "`";
+        per_model += (per_model.empty() ? "" : "; ") + model + ": " + list;
+      }
+      if (!per_model.empty()) allowed = per_model;
       // Who reads a key, where not every model that reads its section does.
       std::string readers;
       if (cs::family_section(section) ? !spec.models.empty() : !cs::readers_of(spec).empty())

@@ -55,6 +55,9 @@ struct KeySpec {
 
   // The models that read this key (model.name values); empty: every model that reads its section.
   std::vector<std::string> models;
+  // A framework key that only the models whose family declares it read (FamilyInfo::
+  // shared_keys), e.g. a sampling schedule; the others (run, train, eval, ...) every model reads.
+  bool declared_only = false;
 
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
@@ -91,6 +94,7 @@ struct KeySpec {
     rule_doc = std::move(how); rule = std::move(fn); return std::move(*this);
   }
   KeySpec&& doc(std::string text) && { description = std::move(text); return std::move(*this); }
+  KeySpec&& opt_in() && { declared_only = true; return std::move(*this); }
   KeySpec&& only_for(std::vector<std::string> names) && {
     models = std::move(names); return std::move(*this);
   }
@@ -176,10 +180,25 @@ struct SectionSpec {
 // same section again (several models of one family) is ignored; a different one of the same
 // name, or a name of a framework section, is a std::logic_error.
 void add_section(SectionSpec section);
-// Records that `model` does not read the framework keys `unused` (dotted names): a config that
-// sets one of them for this model is refused. Called by FamilyRegistry::add.
-void add_model(const std::string& model, std::vector<std::string> unused);
-// Whether `model` reads `spec`; a model no family registered reads every framework key.
+// The values a model takes for a framework string key (FamilyInfo::key_choices).
+struct KeyChoices {
+  std::string key;                  // dotted name, e.g. "checkpoint.policy"
+  std::vector<std::string> values;  // the key's default among them
+};
+
+// Records that `model` reads the opt-in framework keys `shared` (dotted names, or a section's
+// name for all of its opt-in keys): a config that sets another opt-in key for this model is
+// refused; and the values it takes for the keys in `choices`. Called by FamilyRegistry::add.
+// std::logic_error for an entry that names no opt-in framework key, a choice for a key the
+// model does not read or that is not a string key, or a list without the key's default.
+void add_model(const std::string& model, std::vector<std::string> shared,
+               std::vector<KeyChoices> choices = {});
+// Makes `model` the default of model.name (FamilyRegistry::set_default_model).
+void set_default_model(const std::string& model);
+// The values `model` takes for `spec` (add_model's `choices`); empty: any the key allows.
+std::vector<std::string> model_choices(const std::string& model, const KeySpec& spec);
+// Whether `model` reads `spec`: a framework key that is not opt-in, an opt-in key it declared, or
+// a key of its family's section; a model no family registered reads every framework key.
 bool reads(const std::string& model, const KeySpec& spec);
 // Models registered with add_model, in registration order.
 std::vector<std::string> models();

@@ -17,7 +17,7 @@ double EvalScores::value(const std::string& name) const {
 
 std::string ModelFamily::write_samples(const SampleRequest&) {
   throw UserError("model '" + model_name() + "' is not a generative model: it has no samples to "
-                  "draw (`tessera sample` takes a snapshot of point-diffusion)");
+                  "draw (`tessera sample` takes a snapshot of a generative model)");
 }
 
 std::string EvalScores::text() const {
@@ -57,7 +57,7 @@ void FamilyRegistry::add(FamilyInfo info) {
   if (!info.create) throw std::logic_error("model family '" + info.name + "' has no factory");
   for (const config_schema::SectionSpec& section : info.config_sections)
     config_schema::add_section(section);
-  config_schema::add_model(info.name, info.unused_keys);
+  config_schema::add_model(info.name, info.shared_keys, info.key_choices);
   families_.push_back(std::move(info));
 }
 
@@ -73,12 +73,18 @@ std::vector<std::string> FamilyRegistry::names() const {
   return out;
 }
 
+void FamilyRegistry::set_default_model(const std::string& name) {
+  if (!contains(name)) throw std::logic_error("default model '" + name + "' is not registered");
+  config_schema::set_default_model(name);
+}
+
 const FamilyInfo& FamilyRegistry::get(const std::string& name, const std::string& origin) const {
   for (const FamilyInfo& f : families_)
     if (f.name == name) return f;
   std::string known;
   for (const std::string& entry : names()) known += (known.empty() ? "" : ", ") + entry;
   if (known.empty()) known = "none in this build";
+  if (name.empty()) throw UserError(origin + ": model.name is not set (known: " + known + ")");
   throw UserError(origin + ": unknown model.name '" + name + "' (known: " + known + ")");
 }
 

@@ -1,5 +1,5 @@
-// The model-family interface that the framework's TrainingRun drives (NeRF, 3DGS, ...), and the registry
-// that builds a family by its config name (docs/architecture.md, "Adding a model family").
+// The model-family interface that the framework's TrainingRun drives, and the registry that
+// builds a family by its config name (docs/architecture.md, "Adding a model family").
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -70,7 +70,7 @@ EvalScores image_scores(int64_t views, double psnr, double ssim);
 // Receives each eval render: the dataset view index and the image [H, W, 3] float32 in [0, 1].
 using ImageSink = std::function<void(size_t view, const torch::Tensor& image)>;
 
-// What `tessera sample` asks of a generative family (docs/diffusion.md, "Sampling").
+// What `tessera sample` asks of a generative family.
 struct SampleRequest {
   int64_t count = 0;      // samples over all ranks, split across them
   int64_t steps = 0;      // denoising steps; 0 = the family's default
@@ -130,7 +130,7 @@ class ModelFamily {
   // to fine) from train.steps to `steps`. Same value on every rank; may come at any step.
   virtual void set_total_steps(int64_t steps) {}
   // The relative time of step `step` (1 = a full step) under the current schedule, for the
-  // budget's forecast: e.g. a 3DGS step at half resolution costs about 1/4.
+  // budget's forecast: e.g. a step that renders at half resolution costs about 1/4.
   virtual double step_cost(int64_t step) const { return 1.0; }
   // The time of evaluate(views) in step_cost units: the final eval's forecast until one is
   // measured, taken again at every plan (so it may follow the family's current costs).
@@ -145,7 +145,7 @@ class ModelFamily {
   // Appended to the "stopped by a signal" message (e.g. how to get the family's outputs from the
   // snapshot); "" = nothing.
   virtual std::string stopped_hint() const { return ""; }
-  // A line for the summary describing the trained state ("48,129 Gaussians"); "" = none.
+  // A line for the summary describing the trained state ("48,129 points"); "" = none.
   virtual std::string describe() { return ""; }
   // The family's fields of the summary record in metrics.jsonl (collective).
   virtual nlohmann::json summary_fields() { return nlohmann::json::object(); }
@@ -189,11 +189,17 @@ struct FamilyInfo {
   // when the family does not read such a file. May be empty.
   std::function<std::vector<std::string>(const std::string& path)> import_overrides;
   // The family's config sections (usually one, [<family>], bound to its options struct; the
-  // models of one family share it) and the framework keys this model does not read (dotted
-  // names). FamilyRegistry::add adds both to the config schema, so that configs are parsed,
-  // refused and documented with them (docs/config.md).
+  // models of one family share it) and the opt-in framework keys this model reads (dotted names,
+  // or a section's name for all its opt-in keys: the sampling schedule, activation checkpointing,
+  // the gradient buckets; the run's own keys every model reads). FamilyRegistry::add adds both to
+  // the config schema, so that configs are parsed, refused and documented with them
+  // (docs/config.md): a key the model does not read is refused by name.
   std::vector<config_schema::SectionSpec> config_sections;
-  std::vector<std::string> unused_keys;
+  std::vector<std::string> shared_keys;
+  // Framework keys whose values this model restricts: dotted name -> the values it takes, the
+  // key's default among them (e.g. "checkpoint.policy" -> none, segments, budget). A config that
+  // sets another value is refused at load naming the model's values; docs/config.md lists them.
+  std::vector<config_schema::KeyChoices> key_choices;
   // Opens data.path as this family's kind of dataset (UserError naming the file when it is not
   // one). Empty: a tessera-scene (data::SceneReader).
   std::function<std::unique_ptr<data::Dataset>(const std::string& path)> open_dataset;
@@ -204,6 +210,9 @@ class FamilyRegistry {
  public:
   void add(FamilyInfo info);  // std::logic_error for a name registered twice
   const FamilyInfo& get(const std::string& name, const std::string& origin) const;
+  // The model a config without model.name trains (the schema's default; std::logic_error for a
+  // name not registered). Until set, such a config names no model and `get` refuses it.
+  void set_default_model(const std::string& name);
   bool contains(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
 

@@ -1,7 +1,7 @@
 // One step of a torch::optim::Adam, fused per element on the CPU: torch's step makes seven passes
 // over each parameter (mul_, add_, mul_, addcmul_, sqrt, div, add_, then addcdiv_), this one pass
-// over the value, the gradient and the two moments, in parallel over chunks. At 1M Gaussians
-// (59M values) that is most of the optimizer's time.
+// over the value, the gradient and the two moments, in parallel over chunks. At 59M parameter
+// values that is most of the optimizer's time.
 #pragma once
 
 #include <torch/optim.h>

@@ -1,5 +1,5 @@
 // Counter-based hashing shared by everything that draws "random" values as pure functions of
-// their indices (ray sampling, NeRF and 3DGS initialization and densification).
+// their indices (ray sampling, the families' initialization and densification).
 #pragma once
 
 #include <cstdint>

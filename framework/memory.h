@@ -29,8 +29,8 @@ bool counting_cpu_allocator_installed();
 // operating system at once. glibc's malloc serves every block over 32 MiB with a fresh mmap and
 // unmaps it on free, and trims the heap whenever its top is free: a training step that allocates
 // and frees the same few hundred MiB of activations each time then spends most of its time in
-// page faults (nerf-hash on a real capture, 2 CPU ranks: 1m16s of system time in 40 steps
-// before, 14 s after). So large blocks come from the heap (M_MMAP_MAX 0) and the heap is never
+// page faults (a hash-grid radiance field on a real capture, 2 CPU ranks: 1m16s of system
+// time in 40 steps before, 14 s after). So large blocks come from the heap (M_MMAP_MAX 0) and the heap is never
 // trimmed (M_TRIM_THRESHOLD): the resident size stays at its peak, as CUDA's caching allocator
 // does on the GPU. Call once, first thing in main. Does nothing where the C library is not glibc
 // or when the user tunes malloc through MALLOC_MMAP_MAX_, MALLOC_TRIM_THRESHOLD_,

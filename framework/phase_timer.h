@@ -1,6 +1,6 @@
 // Per-phase wall time of a training step, always on: a clock read where one phase ends and the
-// next begins (a few dozen per step). A family's step charges its phases in order (project, sh,
-// exchange, ... for 3DGS; sample, march, encode, ... for NeRF); phase_mark charges the phases of
+// next begins (a few dozen per step). A family's step charges its phases in order (e.g. sample,
+// march, encode, ...; each family's doc lists its own); phase_mark charges the phases of
 // the backward pass as autograd crosses from one to the next. The totals of a step go into
 // StepRecord::phases: metrics.jsonl ("phase_s"), the progress line under --verbose, and the
 // benches' JSON. docs/training_loop.md lists the phases of each family.

@@ -226,8 +226,8 @@ void TrainingRun::load_snapshot(const std::string& path) {
   check_snapshot_matches_run(path, meta, family_.model_name(), dataset_.fingerprint(),
                              options_.steps);
   family_.load_state(reader);
-  // Snapshots of Gaussian runs written before the run was shared carry neither: a fresh scaler
-  // and no skips, which is what those runs had.
+  // Snapshots that a family wrote before it trained through this run carry neither: a fresh
+  // scaler and no skips, which is what those runs had.
   if (reader.has(snapshot_state("loss_scaler"))) {
     const torch::Tensor scaler = reader.read(snapshot_state("loss_scaler"));
     scaler_->load_state(std::vector<double>(scaler.data_ptr<double>(),

@@ -65,8 +65,8 @@ struct RunOptions {
 // log_every, max_skipped_steps, check_learning_after; [eval]; [snapshot]; run.seed, run.out_dir;
 // distributed.check_agreement.
 RunOptions run_options(const Config& config);
-// The [sampling] schedule of a resolved config (what it samples is the family's: rays per epoch
-// for NeRF, views per epoch for 3DGS).
+// The [sampling] schedule of a resolved config (what it samples is the family's, e.g. the rays
+// or the views of an epoch).
 SamplingScheduleOptions sampling_options(const Config& config);
 // UserError unless the options can run on `device`: a known precision (fp16 needs CUDA), steps
 // >= 0, a known eval split. TrainingRun's constructor checks them; families may check earlier.

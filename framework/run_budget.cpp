@@ -20,8 +20,9 @@ namespace {
 constexpr int64_t kFirstPlan = 10;
 constexpr int64_t kReplanEvery = 50;
 // The step time a plan uses: each window's time and cost added to the earlier ones' times this
-// weight, so a plan follows a trend (3DGS densifies, NeRF's grid empties) over ~3 windows
-// instead of the noise of one (a NeRF step's samples vary with its rays: +-30% window to window).
+// weight, so a plan follows a trend (a model grows by densification, or its occupancy grid
+// empties) over ~3 windows instead of the noise of one (a ray-marched step's samples vary with
+// its rays: +-30% window to window).
 constexpr double kEarlierWindowsWeight = 0.7;
 
 }  // namespace
@@ -139,8 +140,8 @@ void TrainingRun::replan(int64_t done) {
   state.reserve_s = budget_reserve(eval_s, snapshot_s);  // forecast_deferred_ is reset above
   int64_t steps = steps_within_budget(state);
   if (plans_ == 1) {
-    // The first plan's steps are the model's first: a NeRF has learned no opacity yet, so every
-    // marched sample is rendered and a step takes about twice as long as later ones
+    // The first plan's steps are the model's first: a ray-marched model has learned no opacity
+    // yet, so every marched sample is rendered and a step takes about twice as long as later ones
     // (field_drone: 296 rendered samples a ray up to step 15, ~120 from step 20), and an eval
     // forecast at their speed is as much too long. So that forecast does not end the run: it
     // trains on (as far as the steps alone fit) to a second plan, which prices the steps and the

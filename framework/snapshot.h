@@ -25,7 +25,7 @@ constexpr int kSnapshotVersion = 2;
 // The root attributes of a snapshot besides format and version.
 struct SnapshotMeta {
   int64_t step = 0;                 // optimizer steps taken when the snapshot was written
-  std::string model;                // the model factory name ("nerf-hash", ...)
+  std::string model;                // the model's name (model.name)
   std::string config_toml;          // the full resolved config
   std::string dataset_fingerprint;  // identifies the dataset the run trained on
   std::string tessera_version;      // the writer fills in this build's version when empty

@@ -131,7 +131,7 @@ def section_nerf(raw, cmds, plots, doc_dir, meta):
     cpus = int(meta.get("cpus", "0") or 0)
     out += ["### Throughput and scaling over ranks",
             "",
-            "Global rays/s over the timed optimizer steps through the `Trainer` (ray sharding, gradient "
+            "Global rays/s over the timed optimizer steps through the `RayTrainer` (ray sharding, gradient "
             "sync), for the same global batch at 1, 2 and 4 ranks. Speed-up = rays/s / rays/s at 1 rank "
             "(same run); efficiency = speed-up / ranks."
             + (f" This machine has {cpus} CPUs, so 4 ranks are oversubscribed and each rank gets a "

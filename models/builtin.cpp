@@ -11,9 +11,8 @@ void register_builtin_families(FamilyRegistry& registry) {
   nerf::register_nerf_families(registry);           // nerf-hash, nerf-mlp (models/nerf/)
   gaussians::register_gaussian_family(registry);    // gaussians (models/gaussians/)
   diffusion::register_diffusion_family(registry);   // point-diffusion (models/diffusion/)
+  registry.set_default_model("nerf-hash");  // what a config without model.name trains
 }
-
-void register_builtin_models(ModelRegistry& registry) { nerf::register_nerf_models(registry); }
 
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench) {
   return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench),

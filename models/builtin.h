@@ -1,5 +1,5 @@
-// Registers every model family implemented in models/ with the framework's FamilyRegistry (and
-// the ray models with the ModelRegistry). launch/ calls this once; the framework itself never
+// Registers every model family implemented in models/ with the framework's FamilyRegistry, and
+// their benches under `tessera bench`. launch/ calls this once; the framework itself never
 // includes models/.
 #pragma once
 
@@ -7,14 +7,11 @@
 
 #include "framework/bench_util.h"
 #include "framework/family.h"
-#include "framework/model.h"
 
 namespace tessera::models {
 
 // The families `tessera train` knows by model.name.
 void register_builtin_families(FamilyRegistry& registry);
-// The ray models (NeRF) by name, for code that builds a Model directly (tests, `bench nerf`).
-void register_builtin_models(ModelRegistry& registry);
 // The families' `tessera bench` subcommands (nerf, gaussians, diffusion), added under `bench`.
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench);
 

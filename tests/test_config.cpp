@@ -529,7 +529,7 @@ TEST(ConfigFamilies, EveryHyperparameterReachesTheFamilysOptions) {
   EXPECT_EQ(n.section<NerfConfig>().mlp.width, 64);
   EXPECT_EQ(n.section<NerfConfig>().mlp.layers, 6);
   EXPECT_EQ(n.section<NerfConfig>().mlp.skip_layer, 3);
-  const TrainerOptions t = models::nerf::trainer_options(n);
+  const models::nerf::RayTrainerOptions t = models::nerf::trainer_options(n);
   EXPECT_EQ(t.rays_per_step, 1024);
   EXPECT_EQ(t.lr.lr, 5e-3);
   EXPECT_FALSE(t.random_background);
@@ -550,7 +550,7 @@ TEST(ConfigFamilies, AKeyTheModelDoesNotReadIsRefusedByName) {
   EXPECT_EQ(parse_error("[nerf]\nmlp_width = 64\n"),
             "cfg.toml:2: key 'nerf.mlp_width' is not read by model 'nerf-hash' (only by "
             "nerf-mlp); remove it, or set model.name to a model that reads it");
-  // A framework key the family lists as unused.
+  // An opt-in framework key the family does not declare (FamilyInfo::shared_keys).
   EXPECT_EQ(parse_error("[model]\nname = \"gaussians\"\n[checkpoint]\nsegments = \"a\"\n"),
             "cfg.toml:4: key 'checkpoint.segments' is not read by model 'gaussians' (only by "
             "nerf-hash, nerf-mlp); remove it, or set model.name to a model that reads it");
@@ -580,12 +580,58 @@ TEST(ConfigFamilies, ChecksAcrossKeysNameThem) {
                                    "cfg.toml");
   EXPECT_EQ(error_of([&] { families().get("nerf-hash", "t").check_config(hash); }),
             "nerf.hash_max_resolution (32) must be at least nerf.hash_base_resolution (64)");
-  const Config segments = parse_config("[model]\nname = \"gaussians\"\n[checkpoint]\n"
-                                       "policy = \"segments\"\n", "cfg.toml");
-  EXPECT_NE(error_of([&] { families().get("gaussians", "t").check_config(segments); })
-                .find("checkpoint.policy = \"segments\" is another model's; a `gaussians` run "
-                      "takes \"budget\""),
+}
+
+// A family declares the opt-in framework keys it reads: only those, and only opt-in ones (the
+// run's own keys every model reads).
+TEST(ConfigFamilies, SharedKeysAreOptInFrameworkKeys) {
+  auto info = [](const std::string& name, std::vector<std::string> shared) {
+    FamilyInfo f;
+    f.name = name;
+    f.create = [](const FamilyContext&) -> std::unique_ptr<ModelFamily> { return nullptr; };
+    f.shared_keys = std::move(shared);
+    return f;
+  };
+  FamilyRegistry registry;
+  EXPECT_THROW(registry.add(info("t-steps", {"train.steps"})), std::logic_error);
+  EXPECT_THROW(registry.add(info("t-nerf", {"nerf.lr"})), std::logic_error);
+  EXPECT_THROW(registry.add(info("t-none", {"checkpoint.nonexistent"})), std::logic_error);
+  FamilyInfo choices = info("t-choices", {"sampling"});
+  choices.key_choices = {{"checkpoint.policy", {"none"}}};  // a key it does not read
+  EXPECT_THROW(registry.add(std::move(choices)), std::logic_error);
+  EXPECT_FALSE(registry.contains("t-steps"));  // refused before it joined the schema
+  // A section's name declares all its opt-in keys; the run's keys need no declaration.
+  const Config nerf = parse_config("", "cfg.toml", {"sampling.rate_min=0.5", "train.steps=7"});
+  EXPECT_EQ(nerf.sampling.rate_min, 0.5);
+  EXPECT_EQ(nerf.train.steps, 7);
+  EXPECT_NE(parse_error("", {"model.name=point-diffusion", "sampling.rate_min=0.5"})
+                .find("key 'sampling.rate_min' is not read by model 'point-diffusion'"),
             std::string::npos);
+}
+
+// A family lists the checkpoint policies it implements (FamilyInfo::key_choices); the config
+// refuses any other at load, naming that model's, and the reference lists each model's.
+TEST(ConfigFamilies, CheckpointPolicyIsOneOfTheModelsOwn) {
+  families();
+  const std::string gaussians = error_of([] {
+    parse_config("[model]\nname = \"gaussians\"\n[checkpoint]\npolicy = \"segments\"\n",
+                 "cfg.toml");
+  });
+  EXPECT_NE(gaussians.find("cfg.toml:4"), std::string::npos) << gaussians;
+  EXPECT_NE(gaussians.find("key 'checkpoint.policy' = \"segments\" is not one of model "
+                           "'gaussians''s: none, budget"),
+            std::string::npos) << gaussians;
+  const std::string nerf = error_of([] {
+    parse_config("", "cfg.toml", {"model.name=nerf-mlp", "checkpoint.policy=blocks"});
+  });
+  EXPECT_NE(nerf.find("is not one of model 'nerf-mlp''s: none, segments, budget"),
+            std::string::npos) << nerf;
+  EXPECT_EQ(parse_config("[model]\nname = \"point-diffusion\"\n[checkpoint]\n"
+                         "policy = \"attention\"\n", "cfg.toml").checkpoint.policy,
+            "attention");
+  const std::string reference = config_reference_markdown();
+  EXPECT_NE(reference.find("gaussians: `none`, `budget`"), std::string::npos);
+  EXPECT_NE(reference.find("nerf-hash: `none`, `segments`, `budget`"), std::string::npos);
 }
 
 TEST(ConfigFamilies, ResolvedTomlHoldsOnlyWhatTheModelReadsAndRoundTrips) {

@@ -372,9 +372,9 @@ TEST_F(DiffusionTest, BadDatasetsAndSizesAreNamed) {
   EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(heads); })
                 .find("diffusion.width (30) must be a multiple of diffusion.heads (4)"),
             std::string::npos);
-  const Config policy = config({"checkpoint.policy=segments"});
-  EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(policy); })
-                .find("not one of point-diffusion's: none, blocks, attention, budget"),
+  // The policies are the family's (FamilyInfo::key_choices): refused at load, by the config.
+  EXPECT_NE(test::error_of([&] { config({"checkpoint.policy=segments"}); })
+                .find("is not one of model 'point-diffusion''s: none, blocks, attention, budget"),
             std::string::npos);
   const Config budget = config({"checkpoint.policy=budget"});
   EXPECT_NE(test::error_of([&] { families.get("point-diffusion", "t").check_config(budget); })

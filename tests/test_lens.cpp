@@ -15,11 +15,13 @@
 #include "framework/data/lens.h"
 #include "framework/data/scene.h"
 #include "framework/data/synth.h"
-#include "framework/ray_sampler.h"
+#include "models/nerf/ray_sampler.h"
 #include "tests/test_util.h"
 
 namespace tessera::data {
 namespace {
+
+using models::nerf::pixel_rays;
 
 // distort -> undistort returns to the start within this (normalized units): Newton stops at a
 // 1e-12 residual and the Jacobian is within a factor ~2 of the identity for these lenses.

@@ -13,13 +13,15 @@
 
 #include "framework/data/scene.h"
 #include "framework/data/synth.h"
-#include "framework/model.h"
-#include "framework/trainer.h"
-#include "models/builtin.h"
+#include "models/nerf/ray_model.h"
+#include "models/nerf/ray_trainer.h"
+#include "models/nerf/nerf_family.h"
 #include "tests/mpi_test_env.h"
 
 namespace tessera {
 namespace {
+
+using namespace models::nerf;  // the ray family under test
 
 // A strong pincushion lens: it moves the corners of the 128-pixel views by about 26 pixels and
 // the middles of the edges by about 9.
@@ -40,12 +42,12 @@ void write_without_distortion(const std::string& from, const std::string& to) {
 double train_and_eval(const std::string& path) {
   const data::SceneReader scene(path);
   ModelRegistry registry;
-  models::register_builtin_models(registry);
+  models::nerf::register_nerf_models(registry);
   Config config;
   config.model.name = "nerf-hash";
   config.run.seed = 3;
   auto model = registry.create(config, ModelContext::from_scene(scene, torch::kCPU));
-  TrainerOptions o;
+  RayTrainerOptions o;
   o.steps = 400;
   o.rays_per_step = 1024;
   o.seed = 3;
@@ -58,7 +60,7 @@ double train_and_eval(const std::string& path) {
   o.eval_split = "val";
   o.eval_max_views = 4;
   o.random_background = true;
-  Trainer trainer(*test::g_context, test::cpu_world(), *model, scene, o);
+  RayTrainer trainer(*test::g_context, test::cpu_world(), *model, scene, o);
   for (int64_t t = 0; t < o.steps; ++t) trainer.train_step(t);
   return trainer.evaluate(o.steps, /*write=*/false).value("psnr");
 }

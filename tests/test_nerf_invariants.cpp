@@ -1,4 +1,4 @@
-// docs/training_loop.md, invariants 1, 2, 3 and 5 with the real NeRF models through the Trainer, under
+// docs/training_loop.md, invariants 1, 2, 3 and 5 with the real NeRF models through the RayTrainer, under
 // mpiexec -n 1, 2, 3, on a tiny synthetic scene: N ranks equal one rank, accumulation equals a
 // large batch, exact checkpointing and rate agreement.
 #include <gtest/gtest.h>
@@ -21,8 +21,8 @@
 #include "framework/data/scene.h"
 #include "framework/data/synth.h"
 #include "framework/memory.h"
-#include "framework/model.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_model.h"
+#include "models/nerf/ray_trainer.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
 #include "tests/mpi_test_env.h"
@@ -30,6 +30,8 @@
 
 namespace tessera {
 namespace {
+
+using namespace models::nerf;  // the ray family under test
 
 namespace nerf = models::nerf;
 
@@ -118,8 +120,8 @@ class NerfInvariantsTest : public testing::Test {
       return std::make_unique<nerf::NerfMlp>(small_mlp(), model_context(), kModelSeed);
     return std::make_unique<nerf::NerfHash>(small_hash(), model_context(), kModelSeed);
   }
-  static TrainerOptions options() {
-    TrainerOptions o;
+  static RayTrainerOptions options() {
+    RayTrainerOptions o;
     o.steps = kSteps;
     o.rays_per_step = 256;
     o.seed = 5;
@@ -171,11 +173,11 @@ void copy_params(Model& from, Model& to) {
 // whether that happens at all depends on the compiler's rounding (clang: 2.5e-5 after 20 free
 // steps where gcc gave 2e-7, from one kink at step 11). The losses of every step are compared too.
 // Returns the largest per-step difference.
-double lockstep_diff(Trainer& tested, Model& tested_model, Trainer& reference,
+double lockstep_diff(RayTrainer& tested, Model& tested_model, RayTrainer& reference,
                      Model& reference_model) {
   double worst = 0;
   for (int64_t t = 0; t < kSteps; ++t) {
-    const StepResult a = reference.train_step(t), b = tested.train_step(t);
+    const StepRecord a = reference.train_step(t), b = tested.train_step(t);
     EXPECT_NEAR(a.loss, b.loss, 1e-5 * a.loss) << "step " << t;
     const double diff =
         relative_param_diff(concat_params(tested_model), concat_params(reference_model));
@@ -195,8 +197,8 @@ TEST_P(NerfInvariantsByModel, NRanksEqualOneRank) {
   auto model = make(GetParam()), reference = make(GetParam());
   const torch::Tensor initial = concat_params(*reference);
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
-  Trainer trainer(*test::g_context, world(), *model, *scene_, options());
-  Trainer single(*test::g_context, self, *reference, *scene_, options());
+  RayTrainer trainer(*test::g_context, world(), *model, *scene_, options());
+  RayTrainer single(*test::g_context, self, *reference, *scene_, options());
   const double diff = lockstep_diff(trainer, *model, single, *reference);
   const torch::Tensor want = concat_params(*reference);
   const double moved = relative_param_diff(want, initial);
@@ -214,10 +216,10 @@ TEST_P(NerfInvariantsByModel, NRanksEqualOneRank) {
 // batch of R rays.
 TEST_P(NerfInvariantsByModel, AccumulationEqualsLargeBatch) {
   auto large = make(GetParam()), accumulated = make(GetParam());
-  TrainerOptions k4 = options();
+  RayTrainerOptions k4 = options();
   k4.micro_batches = 4;
-  Trainer ta(*test::g_context, world(), *large, *scene_, options());
-  Trainer tb(*test::g_context, world(), *accumulated, *scene_, k4);
+  RayTrainer ta(*test::g_context, world(), *large, *scene_, options());
+  RayTrainer tb(*test::g_context, world(), *accumulated, *scene_, k4);
   const double diff = lockstep_diff(tb, *accumulated, ta, *large);
   if (world().rank() == 0)
     std::fprintf(stderr, "%s, K=4 vs K=1 on %d ranks, %lld steps in lockstep: largest step "
@@ -231,13 +233,13 @@ TEST_P(NerfInvariantsByModel, AccumulationEqualsLargeBatch) {
 // act) but stay close; every rank agrees on the bf16 parameters.
 TEST_P(NerfInvariantsByModel, Bf16AutocastTrainsOnTheCpu) {
   auto fp32 = make(GetParam()), bf16 = make(GetParam());
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 4;
-  Trainer reference(*test::g_context, world(), *fp32, *scene_, o);
+  RayTrainer reference(*test::g_context, world(), *fp32, *scene_, o);
   o.precision = "bf16";
-  Trainer mixed(*test::g_context, world(), *bf16, *scene_, o);
+  RayTrainer mixed(*test::g_context, world(), *bf16, *scene_, o);
   for (int64_t t = 0; t < o.steps; ++t) {
-    const StepResult a = reference.train_step(t), b = mixed.train_step(t);
+    const StepRecord a = reference.train_step(t), b = mixed.train_step(t);
     EXPECT_FALSE(b.skipped) << "step " << t;
     ASSERT_TRUE(std::isfinite(b.loss)) << "step " << t;
     if (t == 0) EXPECT_NEAR(b.loss, a.loss, 0.03 * a.loss) << "bf16 " << b.loss << " fp32 " << a.loss;
@@ -288,13 +290,13 @@ TEST_F(NerfInvariantsTest, CheckpointingIsExactMlp) {
         for (auto& p : g.params)
           if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
   }
-  // Parameters after 3 Trainer steps, bitwise.
+  // Parameters after 3 RayTrainer steps, bitwise.
   auto a = make("nerf-mlp"), b = make("nerf-mlp");
   b->set_checkpointed_segments(b->segment_names());
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 3;
-  Trainer ta(*test::g_context, world(), *a, *scene_, o);
-  Trainer tb(*test::g_context, world(), *b, *scene_, o);
+  RayTrainer ta(*test::g_context, world(), *a, *scene_, o);
+  RayTrainer tb(*test::g_context, world(), *b, *scene_, o);
   for (int64_t t = 0; t < o.steps; ++t) {
     ta.train_step(t);
     tb.train_step(t);
@@ -306,7 +308,7 @@ TEST_F(NerfInvariantsTest, CheckpointingIsExactMlp) {
 // Invariant 5: with check_agreement on and a linear sampling schedule 1 -> 0.5, six steps raise
 // no agreement error and every rank reports the same rate (and lr, scale, skip) at every step.
 TEST_F(NerfInvariantsTest, RateAgreementMlp) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 6;
   o.rays_per_step = 2048;  // epochs of 1-2 steps over 4608 pixels, so the rate changes in 6 steps
   o.check_agreement = true;
@@ -315,12 +317,14 @@ TEST_F(NerfInvariantsTest, RateAgreementMlp) {
   o.sampling.rate_min = 0.5;
   o.sampling.total_steps = 6;
   auto model = make("nerf-mlp");
-  Trainer trainer(*test::g_context, world(), *model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), *model, *scene_, o);
   std::vector<double> rows;
   for (int64_t t = 0; t < o.steps; ++t) {
-    StepResult r;
+    StepRecord r;
     ASSERT_NO_THROW(r = trainer.train_step(t)) << "step " << t;
-    rows.insert(rows.end(), {r.sampling_rate, r.lr, r.loss_scale, r.skipped ? 1.0 : 0.0, r.loss});
+    rows.insert(rows.end(), {r.fields.at("sampling_rate").get<double>(),
+                             r.fields.at("lr").get<double>(), r.loss_scale,
+                             r.skipped ? 1.0 : 0.0, r.loss});
   }
   const torch::Tensor mine =
       torch::tensor(rows, torch::kFloat64).reshape({o.steps, 5});

@@ -18,8 +18,9 @@
 #include "framework/config.h"
 #include "framework/family.h"
 #include "framework/memory.h"
-#include "framework/model.h"
 #include "models/builtin.h"
+#include "models/nerf/ray_model.h"
+#include "models/nerf/nerf_family.h"
 #include "models/nerf/nerf_common.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
@@ -30,12 +31,12 @@ namespace {
 using tessera::Config;
 using tessera::FamilyRegistry;
 using tessera::parse_config;
-using tessera::Model;
-using tessera::ModelContext;
-using tessera::ModelRegistry;
-using tessera::RayBatch;
-using tessera::RenderResult;
-using tessera::StepContext;
+using tessera::models::nerf::Model;
+using tessera::models::nerf::ModelContext;
+using tessera::models::nerf::ModelRegistry;
+using tessera::models::nerf::RayBatch;
+using tessera::models::nerf::RenderResult;
+using tessera::models::nerf::StepContext;
 namespace nerf = tessera::models::nerf;
 
 constexpr float kSphereRadius = 0.5f;
@@ -51,7 +52,7 @@ ModelContext scene_context() {
 
 std::unique_ptr<Model> create(const std::string& name, int64_t seed = 7) {
   ModelRegistry registry;
-  tessera::models::register_builtin_models(registry);
+  nerf::register_nerf_models(registry);
   Config config;
   config.model.name = name;
   config.run.seed = seed;
@@ -137,7 +138,7 @@ class NerfModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NerfModels, RegisteredAndRendersValidShapes) {
   ModelRegistry registry;
-  tessera::models::register_builtin_models(registry);
+  nerf::register_nerf_models(registry);
   EXPECT_TRUE(registry.contains(GetParam()));
   auto model = create(GetParam());
   EXPECT_EQ(model->name(), GetParam());
@@ -282,8 +283,8 @@ TEST(NerfTraining, UnboundedHashGridContractsAndLearnsTheSphere) {
   ModelContext context = scene_context();
   context.scene_extent = {-8, -8, -8, 8, 8, 8};
   ASSERT_TRUE(context.unbounded());
-  tessera::ModelRegistry registry;
-  tessera::models::register_builtin_models(registry);
+  ModelRegistry registry;
+  nerf::register_nerf_models(registry);
   tessera::Config config;
   config.model.name = "nerf-hash";
   config.run.seed = 7;
@@ -435,7 +436,7 @@ TEST(NerfConfigSection, SizesFromTheConfigBuildTheModel) {
   FamilyRegistry families;  // [nerf] joins the config schema
   tessera::models::register_builtin_families(families);
   ModelRegistry registry;
-  tessera::models::register_builtin_models(registry);
+  nerf::register_nerf_models(registry);
   const Config hash_config = parse_config(
       "[nerf]\nhash_levels = 4\nhash_log2_size = 10\nhash_features_per_level = 4\n"
       "hash_hidden_width = 32\nhash_geo_features = 8\nhash_color_layers = 1\n", "t");

@@ -1,4 +1,4 @@
-// Trainer and RaySampler under mpiexec -n 1, 2, 3: batches as a pure function of (seed, step),
+// RayTrainer and RaySampler under mpiexec -n 1, 2, 3: batches as a pure function of (seed, step),
 // N ranks equal 1 rank, accumulation equals a large batch, agreed skip-steps, and run output.
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@
 #include "framework/budget.h"
 #include "framework/data/scene.h"
 #include "framework/snapshot.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_trainer.h"
 #include "framework/trainer_run.h"
 #include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
@@ -30,6 +30,8 @@
 
 namespace tessera {
 namespace {
+
+using namespace models::nerf;  // the ray family under test
 
 distributed::Communicator& world() { return test::cpu_world(); }
 
@@ -106,8 +108,8 @@ class TrainerTest : public testing::Test {
     scene_.reset();
     test::remove_shared_temp_dir(dir_);
   }
-  static TrainerOptions options() {
-    TrainerOptions o;
+  static RayTrainerOptions options() {
+    RayTrainerOptions o;
     o.steps = 5;
     o.rays_per_step = 48;
     o.seed = 7;
@@ -272,12 +274,12 @@ TEST_F(TrainerTest, ModelContextHoldsTheBoxOfTheCameraCenters) {
 
 TEST_F(TrainerTest, NRanksEqualOneRank) {
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, options());
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, options());
   for (int64_t t = 0; t < 5; ++t) trainer.train_step(t);
   // The 1-rank reference, run locally on every rank over MPI_COMM_SELF.
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
   DirectionMlp reference;
-  Trainer ref_trainer(*test::g_context, self, reference, *scene_, options());
+  RayTrainer ref_trainer(*test::g_context, self, reference, *scene_, options());
   for (int64_t t = 0; t < 5; ++t) ref_trainer.train_step(t);
   const torch::Tensor got = model.concat(), want = reference.concat();
   EXPECT_FALSE(torch::equal(got, DirectionMlp().concat()));  // it trained
@@ -296,12 +298,12 @@ TEST_F(TrainerTest, CudaTrainsAsOnTheCpu) {
   const torch::Device cuda(torch::kCUDA, test::g_context->cuda_device_index());
   auto nccl = distributed::make_communicator(*test::g_context, "nccl", cuda);
   DirectionMlp on_gpu(cuda), on_cpu;
-  TrainerOptions k2 = options();
+  RayTrainerOptions k2 = options();
   k2.micro_batches = 2;
-  Trainer gpu(*test::g_context, *nccl, on_gpu, *scene_, k2);
-  Trainer cpu(*test::g_context, world(), on_cpu, *scene_, k2);
+  RayTrainer gpu(*test::g_context, *nccl, on_gpu, *scene_, k2);
+  RayTrainer cpu(*test::g_context, world(), on_cpu, *scene_, k2);
   for (int64_t t = 0; t < 5; ++t) {
-    const StepResult g = gpu.train_step(t), c = cpu.train_step(t);
+    const StepRecord g = gpu.train_step(t), c = cpu.train_step(t);
     EXPECT_NEAR(g.loss, c.loss, 1e-5 * c.loss) << "step " << t;
   }
   EXPECT_TRUE(on_gpu.concat().is_cuda());
@@ -310,30 +312,30 @@ TEST_F(TrainerTest, CudaTrainsAsOnTheCpu) {
 }
 
 TEST_F(TrainerTest, AccumulationEqualsLargeBatch) {
-  TrainerOptions k4 = options();
+  RayTrainerOptions k4 = options();
   k4.micro_batches = 4;
   DirectionMlp a, b;
-  Trainer ta(*test::g_context, world(), a, *scene_, options());
-  Trainer tb(*test::g_context, world(), b, *scene_, k4);
+  RayTrainer ta(*test::g_context, world(), a, *scene_, options());
+  RayTrainer tb(*test::g_context, world(), b, *scene_, k4);
   for (int64_t t = 0; t < 5; ++t) {
-    const StepResult ra = ta.train_step(t), rb = tb.train_step(t);
+    const StepRecord ra = ta.train_step(t), rb = tb.train_step(t);
     EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * ra.loss);  // float32 sums, reassociated
   }
   EXPECT_EQ(count_wrong(b.concat(), a.concat(), 1e-6), 0) << (b.concat() - a.concat()).abs().max();
 }
 
 TEST_F(TrainerTest, AgreementAndAgreedSkipStep) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.check_agreement = true;
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   const int last = world().size() - 1;
   trainer.loss_hook = [&](int64_t step, int64_t, torch::Tensor& loss) {
     if (step == 2 && world().rank() == last) loss = loss * std::nan("");
   };
   for (int64_t t = 0; t < 2; ++t) EXPECT_FALSE(trainer.train_step(t).skipped);
   const torch::Tensor before = model.concat();
-  const StepResult r = trainer.train_step(2);
+  const StepRecord r = trainer.train_step(2);
   EXPECT_TRUE(r.skipped);
   EXPECT_TRUE(torch::equal(model.concat(), before));
   EXPECT_FALSE(trainer.train_step(3).skipped);
@@ -345,22 +347,22 @@ TEST_F(TrainerTest, AgreementAndAgreedSkipStep) {
 // fp16 needs CUDA; bf16 autocast runs on the CPU (test_nerf_invariants trains with it).
 TEST_F(TrainerTest, Fp16OnCpuAndUnknownPrecisionsAreUserErrors) {
   for (const char* p : {"fp16", "fp64", "int8"}) {
-    TrainerOptions o = options();
+    RayTrainerOptions o = options();
     o.precision = p;
     DirectionMlp model;
-    EXPECT_THROW(Trainer(*test::g_context, world(), model, *scene_, o), UserError) << p;
+    EXPECT_THROW(RayTrainer(*test::g_context, world(), model, *scene_, o), UserError) << p;
   }
 }
 
 TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 4;
   o.log_every = 2;
   o.eval_every = 2;
   o.out_dir = dir_ + "/run";
   o.progress = true;  // the progress line appears in the test log
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   const TrainSummary s = trainer.run();
   EXPECT_EQ(s.steps, 4);
   EXPECT_EQ(s.eval.items, 1);
@@ -384,15 +386,15 @@ TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
     EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/renders/" + name)) << name;
 }
 
-// Invariant 4: 6 steps straight equal 3 steps, a snapshot, and 3 more steps in a fresh Trainer
+// Invariant 4: 6 steps straight equal 3 steps, a snapshot, and 3 more steps in a fresh RayTrainer
 // and model that load it: bitwise, at the same world size.
 TEST_F(TrainerTest, ResumeIsExact) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 6;
   o.out_dir = dir_ + "/resume-straight";
   DirectionMlp straight;
   {
-    Trainer t(*test::g_context, world(), straight, *scene_, o);
+    RayTrainer t(*test::g_context, world(), straight, *scene_, o);
     const TrainSummary s = t.run();
     EXPECT_TRUE(s.finished);
     EXPECT_EQ(s.last_snapshot, snapshot_path(o.out_dir + "/snapshots", 6));
@@ -402,7 +404,7 @@ TEST_F(TrainerTest, ResumeIsExact) {
   std::string snapshot;
   {
     DirectionMlp first_half;
-    Trainer t(*test::g_context, world(), first_half, *scene_, o);
+    RayTrainer t(*test::g_context, world(), first_half, *scene_, o);
     const TrainSummary s = t.run();
     EXPECT_FALSE(s.finished);
     EXPECT_EQ(s.steps, 3);
@@ -413,7 +415,7 @@ TEST_F(TrainerTest, ResumeIsExact) {
   EXPECT_EQ(validate_snapshot(snapshot), "");
   o.stop_after = -1;
   DirectionMlp resumed;
-  Trainer t(*test::g_context, world(), resumed, *scene_, o);
+  RayTrainer t(*test::g_context, world(), resumed, *scene_, o);
   t.load_snapshot(snapshot);
   EXPECT_EQ(t.next_step(), 3);
   const TrainSummary s = t.run();
@@ -433,27 +435,27 @@ TEST_F(TrainerTest, ResumeIsExact) {
 // Resuming at another world size: a snapshot written by N ranks continues on one rank (over
 // MPI_COMM_SELF) to the parameters of N ranks straight, within float reassociation.
 TEST_F(TrainerTest, ResumeAtAnotherWorldSize) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 6;
   o.out_dir = dir_ + "/resume-resize";
   o.stop_after = 3;
   DirectionMlp straight, first_half;
   std::string snapshot;
   {
-    Trainer t(*test::g_context, world(), first_half, *scene_, o);
+    RayTrainer t(*test::g_context, world(), first_half, *scene_, o);
     snapshot = t.run().last_snapshot;
   }
   {
-    TrainerOptions plain = options();
+    RayTrainerOptions plain = options();
     plain.steps = 6;
-    Trainer t(*test::g_context, world(), straight, *scene_, plain);
+    RayTrainer t(*test::g_context, world(), straight, *scene_, plain);
     for (int64_t step = 0; step < 6; ++step) t.train_step(step);
   }
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
-  TrainerOptions plain = options();
+  RayTrainerOptions plain = options();
   plain.steps = 6;
   DirectionMlp resumed;
-  Trainer t(*test::g_context, self, resumed, *scene_, plain);
+  RayTrainer t(*test::g_context, self, resumed, *scene_, plain);
   t.load_snapshot(snapshot);
   for (int64_t step = t.next_step(); step < 6; ++step) t.train_step(step);
   EXPECT_EQ(count_wrong(resumed.concat(), straight.concat(), 1e-6), 0);
@@ -464,13 +466,13 @@ TEST_F(TrainerTest, ResumeAtAnotherWorldSize) {
 // train.epochs replaces train.steps by passes over the train pixels, and the learning-rate
 // schedule ends at the planned step.
 TEST_F(TrainerTest, EpochsSetTheStepsAndTheSchedules) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 1000;
   o.epochs = 2.6;
   o.lr.name = "exponential";
   o.lr.total_steps = 1000;
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   // 3 train views of 16x12 pixels, 48 rays a step: ceil(2.6 * 576 / 48) = ceil(31.2).
   EXPECT_EQ(trainer.run_driver().planned_steps(), 32);
   const TrainSummary s = trainer.run();
@@ -486,7 +488,7 @@ struct TestClock {
   std::function<double(int64_t)> step_s = [](int64_t) { return 1.0; };
 };
 
-TrainerOptions budget_options(TrainerOptions o, TestClock& clock) {
+RayTrainerOptions budget_options(RayTrainerOptions o, TestClock& clock) {
   o.steps = 1000;  // the cap: far more than 100 s of 1 s steps
   o.time_budget_s = 100.0;
   o.lr.name = "exponential";
@@ -497,7 +499,7 @@ TrainerOptions budget_options(TrainerOptions o, TestClock& clock) {
   return o;
 }
 
-void tick_per_step(Trainer& trainer, TestClock& clock) {
+void tick_per_step(RayTrainer& trainer, TestClock& clock) {
   trainer.loss_hook = [&clock](int64_t step, int64_t, torch::Tensor&) {
     clock.now += clock.step_s(step);
   };
@@ -508,7 +510,7 @@ void tick_per_step(Trainer& trainer, TestClock& clock) {
 TEST_F(TrainerTest, TimeBudgetPlansTheStepsThatFit) {
   TestClock clock;
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, budget_options(options(), clock));
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, budget_options(options(), clock));
   tick_per_step(trainer, clock);
   const double eval_s = trainer.eval_cost({3});  // 1 s per cost unit
   const int64_t expected =
@@ -525,10 +527,10 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsThatFit) {
 TEST_F(TrainerTest, TimeBudgetEndsARunWhoseStepsSlowDown) {
   TestClock clock;
   clock.step_s = [](int64_t step) { return step < 40 ? 1.0 : 10.0; };
-  TrainerOptions o = budget_options(options(), clock);
+  RayTrainerOptions o = budget_options(options(), clock);
   o.out_dir = dir_ + "/budget-slow";
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   tick_per_step(trainer, clock);
   const TrainSummary s = trainer.run();
   EXPECT_TRUE(s.finished);
@@ -541,7 +543,7 @@ TEST_F(TrainerTest, TimeBudgetEndsARunWhoseStepsSlowDown) {
 
 // A budget whose final eval weighs: 64 cost units (a val and a train view of 192 pixels, 6 rays a
 // step), against `budget_s`.
-TrainerOptions eval_heavy_budget(TrainerOptions o, TestClock& clock, double budget_s) {
+RayTrainerOptions eval_heavy_budget(RayTrainerOptions o, TestClock& clock, double budget_s) {
   o = budget_options(o, clock);
   o.time_budget_s = budget_s;
   o.rays_per_step = 6;
@@ -556,9 +558,9 @@ TrainerOptions eval_heavy_budget(TrainerOptions o, TestClock& clock, double budg
 TEST_F(TrainerTest, TimeBudgetFirstStepsDoNotEndTheRunOnTheirEvalForecast) {
   TestClock clock;
   clock.step_s = [](int64_t step) { return step < 15 ? 3.0 : 1.0; };
-  const TrainerOptions o = eval_heavy_budget(options(), clock, 200.0);
+  const RayTrainerOptions o = eval_heavy_budget(options(), clock, 200.0);
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, o);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   tick_per_step(trainer, clock);
   const double eval_cost = trainer.eval_cost({3}) + trainer.eval_cost({0});
   ASSERT_DOUBLE_EQ(eval_cost, 64.0);
@@ -577,7 +579,7 @@ TEST_F(TrainerTest, TimeBudgetFirstStepsDoNotEndTheRunOnTheirEvalForecast) {
 TEST_F(TrainerTest, TimeBudgetWithAnEvalLongerThanItTrainsTheStepsThatFitWithoutIt) {
   TestClock clock;
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, eval_heavy_budget(options(), clock, 60.0));
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, eval_heavy_budget(options(), clock, 60.0));
   tick_per_step(trainer, clock);
   const TrainSummary s = trainer.run();
   EXPECT_TRUE(s.finished);
@@ -589,14 +591,14 @@ TEST_F(TrainerTest, TimeBudgetWithAnEvalLongerThanItTrainsTheStepsThatFitWithout
 // A resumed run keeps the plan and counts the time before its snapshot.
 TEST_F(TrainerTest, TimeBudgetResumesWithItsPlanAndItsTime) {
   TestClock first_clock;
-  TrainerOptions o = budget_options(options(), first_clock);
+  RayTrainerOptions o = budget_options(options(), first_clock);
   o.out_dir = dir_ + "/budget-resume";
   o.stop_after = 30;
   std::string snapshot;
   int64_t planned = 0;
   {
     DirectionMlp model;
-    Trainer trainer(*test::g_context, world(), model, *scene_, o);
+    RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
     tick_per_step(trainer, first_clock);
     snapshot = trainer.run().last_snapshot;
     planned = trainer.run_driver().planned_steps();
@@ -605,10 +607,10 @@ TEST_F(TrainerTest, TimeBudgetResumesWithItsPlanAndItsTime) {
   ASSERT_LT(planned, 100);
   TestClock clock;  // a new process's clock: starts again at 0
   clock.now = 0.0;
-  TrainerOptions resumed_options = budget_options(options(), clock);
+  RayTrainerOptions resumed_options = budget_options(options(), clock);
   resumed_options.out_dir = o.out_dir;
   DirectionMlp model;
-  Trainer trainer(*test::g_context, world(), model, *scene_, resumed_options);
+  RayTrainer trainer(*test::g_context, world(), model, *scene_, resumed_options);
   tick_per_step(trainer, clock);
   trainer.load_snapshot(snapshot);
   EXPECT_EQ(trainer.run_driver().planned_steps(), planned);
@@ -625,17 +627,17 @@ class RenamedMlp : public DirectionMlp {
 };
 
 TEST_F(TrainerTest, ResumeRefusesAnotherModel) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 2;
   o.out_dir = dir_ + "/resume-other-model";
   DirectionMlp model;
   std::string snapshot;
   {
-    Trainer t(*test::g_context, world(), model, *scene_, o);
+    RayTrainer t(*test::g_context, world(), model, *scene_, o);
     snapshot = t.run().last_snapshot;
   }
   RenamedMlp other;
-  Trainer t(*test::g_context, world(), other, *scene_, o);
+  RayTrainer t(*test::g_context, world(), other, *scene_, o);
   try {
     t.load_snapshot(snapshot);
     ADD_FAILURE() << "load_snapshot accepted a snapshot of another model";
@@ -646,11 +648,11 @@ TEST_F(TrainerTest, ResumeRefusesAnotherModel) {
 
 // docs/training_loop.md: SIGTERM on one rank stops every rank after the same step, with one snapshot.
 TEST_F(TrainerTest, SignalStopsEveryRankWithASnapshot) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 50;
   o.out_dir = dir_ + "/signal";
   DirectionMlp model;
-  Trainer t(*test::g_context, world(), model, *scene_, o);
+  RayTrainer t(*test::g_context, world(), model, *scene_, o);
   t.loss_hook = [&](int64_t step, int64_t, torch::Tensor&) {
     if (step == 2 && world().rank() == world().size() - 1) std::raise(SIGTERM);
   };
@@ -670,11 +672,11 @@ TEST_F(TrainerTest, SignalStopsEveryRankWithASnapshot) {
 TEST_F(TrainerTest, SignalDuringStartUpStopsBeforeTheFirstStep) {
   const StopSignals outer;
   if (world().rank() == world().size() - 1) std::raise(SIGTERM);
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 50;
   o.out_dir = dir_ + "/signal-start";
   DirectionMlp model;
-  Trainer t(*test::g_context, world(), model, *scene_, o);
+  RayTrainer t(*test::g_context, world(), model, *scene_, o);
   const TrainSummary s = t.run();
   EXPECT_TRUE(s.stopped_by_signal);
   EXPECT_FALSE(s.finished);
@@ -687,13 +689,13 @@ TEST_F(TrainerTest, SignalDuringStartUpStopsBeforeTheFirstStep) {
 // docs/training_loop.md: non-finite losses skip steps on every rank; after max_skipped_steps in a row the
 // run stops with a message naming the last snapshot, which stays loadable.
 TEST_F(TrainerTest, RepeatedNonFiniteStepsStopTheRun) {
-  TrainerOptions o = options();
+  RayTrainerOptions o = options();
   o.steps = 50;
   o.snapshot_every = 2;
   o.max_skipped_steps = 3;
   o.out_dir = dir_ + "/nonfinite";
   DirectionMlp model;
-  Trainer t(*test::g_context, world(), model, *scene_, o);
+  RayTrainer t(*test::g_context, world(), model, *scene_, o);
   t.loss_hook = [&](int64_t step, int64_t, torch::Tensor& loss) {
     if (step >= 3 && world().rank() == 0) loss = loss * std::numeric_limits<float>::quiet_NaN();
   };

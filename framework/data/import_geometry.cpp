@@ -26,7 +26,7 @@ constexpr double kMinNearFraction = 0.01;  // near >= far / 100 keeps depth samp
 constexpr double kCanonicalCameraDistance = 2.6;
 // The extent of an unbounded capture without instant-ngp's aabb_scale: 16 foreground half-widths,
 // instant-ngp's customary aabb_scale for large real scenes. Walls and far backgrounds beyond it
-// land on its boundary, which a contracted NeRF grid resolves only coarsely anyway.
+// land on its boundary, which a contracted radiance-field grid resolves only coarsely anyway.
 constexpr double kUnboundedExtent = 16.0;
 // Axes that converge: the smallest eigenvalue of sum(I - d d^T) / n above this (about the
 // 1 - cos^2 of a 13 degree spread) marks an object capture; parallel axes (forward-facing) fall

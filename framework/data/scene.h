@@ -40,7 +40,8 @@ struct SceneMeta {
   std::string source;                      // what it was made from ("synth:objects", "colmap:/path")
   // Everything the cameras see (xmin..zmax). Equal to scene_bounds for a bounded scene (synthetic
   // objects, Blender); larger for a real capture whose backgrounds and walls lie outside the
-  // foreground box scene_bounds: such a scene is unbounded and NeRF contracts space beyond it.
+  // foreground box scene_bounds: such a scene is unbounded (a radiance field contracts the space
+  // beyond the box).
   std::array<double, 6> scene_extent{};
   // The import's normalization (docs/datasets.md): world = capture_scale * capture +
   // capture_offset, a similarity without rotation from the capture's own coordinates into the

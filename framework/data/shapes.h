@@ -1,6 +1,6 @@
 // tessera-shapes v2 (docs/formats.md): a dataset of 3D shapes, each P points sampled on its
 // surface with their normals and colors, split into train/val/test by shape; the data of point
-// cloud models (the diffusion family). `tessera synth --preset shapes` writes one from procedural
+// cloud models (generative families). `tessera synth --preset shapes` writes one from procedural
 // primitives whose surfaces are known exactly (generate_shapes); ShapesReader reads any subset
 // of shapes by hyperslab, so each rank reads only the shapes it trains on.
 #pragma once

@@ -15,12 +15,11 @@ KeySpec diffusion_key(const char* name, Field field) {
 
 }  // namespace
 
-std::vector<std::string> diffusion_unused_keys() {
+std::vector<std::string> diffusion_shared_keys() {
   // No sampling schedule (every step draws `batch` shapes) and no named segments: the
   // checkpoint policies work on transformer blocks (docs/diffusion.md, "Memory").
-  return {"sampling.schedule",   "sampling.rate_max",   "sampling.rate_min",
-          "sampling.step_every", "sampling.step_factor", "sampling.rescale_lr",
-          "checkpoint.segments", "checkpoint.every"};
+  return {"checkpoint.policy", "checkpoint.budget_mib", "distributed.first_bucket_mib",
+          "distributed.bucket_mib"};
 }
 
 config_schema::SectionSpec diffusion_config_section() {

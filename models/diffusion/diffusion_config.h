@@ -38,8 +38,8 @@ struct DiffusionOptions {
 // The [diffusion] section for FamilyInfo::config_sections.
 config_schema::SectionSpec diffusion_config_section();
 
-// The framework keys a point-diffusion run does not read (FamilyInfo::unused_keys).
-std::vector<std::string> diffusion_unused_keys();
+// The opt-in framework keys a point-diffusion run reads (FamilyInfo::shared_keys).
+std::vector<std::string> diffusion_shared_keys();
 
 // Checks across keys (width divisible by heads, ...); UserError naming the keys.
 void check_diffusion_options(const DiffusionOptions& options, const std::string& origin);

@@ -15,9 +15,7 @@
 #include "framework/autocast.h"
 #include "framework/data/import.h"
 #include "framework/even_slice.h"
-#include "framework/fused_adam.h"
 #include "framework/memory.h"
-#include "framework/micro_batch.h"
 #include "framework/run.h"
 
 namespace tessera::models::diffusion {
@@ -65,7 +63,8 @@ LrScheduleOptions lr_options(const DiffusionOptions& o, int64_t steps) {
 }  // namespace
 
 DiffusionFamily::DiffusionFamily(const FamilyContext& c)
-    : comm_(c.comm),
+    : DataParallelFamily(c.process, c.comm, c.device),
+      comm_(c.comm),
       shapes_(shapes_of(c)),
       options_(c.config.section<DiffusionOptions>()),
       seed_(static_cast<uint64_t>(c.config.run.seed)),
@@ -77,7 +76,6 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
       lr_(lr_options(options_, c.config.train.steps)),
       train_(shapes_.indices(data::Split::Train)) {
   check_diffusion_options(options_, c.config.source_path);
-  phases_ = PhaseTimer(device_);
   if (options_.tokens > shapes_.points_per_shape())
     throw UserError(shapes_.path() + ": diffusion.tokens = " + std::to_string(options_.tokens) +
                     " is more than its " + std::to_string(shapes_.points_per_shape()) +
@@ -99,14 +97,13 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   const int64_t mine = last - first;
   micro_shapes_ = (mine + options_.micro_batches - 1) / options_.micro_batches;
   plan_recompute(c.config);
-  optimizer_ = std::make_unique<torch::optim::Adam>(
-      model_->parameters(), torch::optim::AdamOptions(options_.lr).eps(options_.adam_eps));
   distributed::GradientSyncOptions sync;
   constexpr double kMiB = 1024.0 * 1024.0;
   sync.first_bucket_bytes = static_cast<int64_t>(c.config.distributed.first_bucket_mib * kMiB);
   sync.bucket_bytes = static_cast<int64_t>(c.config.distributed.bucket_mib * kMiB);
-  sync_ = std::make_unique<distributed::GradientSynchronizer>(c.process, comm_,
-                                                              model_->parameters(), sync);
+  init_optimizer({model_->parameters()},
+                 torch::optim::AdamOptions(options_.lr).eps(options_.adam_eps), sync,
+                 options_.micro_batches);
 }
 
 DiffusionFamily::~DiffusionFamily() = default;
@@ -203,78 +200,51 @@ torch::Tensor DiffusionFamily::clean_points(const std::vector<int64_t>& ids) con
       .to(device_);
 }
 
-StepRecord DiffusionFamily::forward_backward(const StepControl& control) {
+double DiffusionFamily::begin_step(const StepControl& control) {
+  step_lr_ = lr_.at(control.step);
+  step_shapes_ = batch_shapes(control.step);
+  return step_lr_;
+}
+
+DataParallelFamily::MicroBatchLoss DiffusionFamily::micro_batch_loss(const StepControl& control,
+                                                                     int64_t k, int64_t count) {
   const int64_t step = control.step;
-  phases_.start();
-  step_lr_ = lr_.at(step);
-  for (auto& group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamOptions&>(group.options()).lr(step_lr_);
-  const std::vector<int64_t> ids = batch_shapes(step);
-  const int64_t b = options_.batch;
-  const auto [begin, end] = even_slice(b, comm_.rank(), comm_.size());  // this rank's samples
-  optimizer_->zero_grad(/*set_to_none=*/true);
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64));
-  const int64_t k_count = options_.micro_batches;
-  for (int64_t k = 0; k < k_count; ++k) {
-    const int64_t lo = begin + (end - begin) * k / k_count;
-    const int64_t hi = begin + (end - begin) * (k + 1) / k_count;
-    std::vector<int64_t> micro_ids(ids.begin() + lo, ids.begin() + hi);
-    const torch::Tensor x0 = clean_points(micro_ids);
-    std::vector<torch::Tensor> levels, noises;
-    for (int64_t j = lo; j < hi; ++j) {  // each sample's randomness: (seed, step, j) only
-      torch::Generator gen = generator(seed_, kNoisePurpose, static_cast<uint64_t>(step),
-                                       static_cast<uint64_t>(j));
-      levels.push_back(torch::randint(options_.timesteps, {1}, gen, torch::kInt64));
-      noises.push_back(torch::randn({options_.tokens, kChannels}, gen, torch::kFloat32));
-    }
-    const torch::Tensor t = torch::cat(levels).to(device_);
-    const torch::Tensor noise = torch::stack(noises).to(device_);
-    const torch::Tensor xt = schedule_.add_noise(x0, t, noise);
-    phases_.lap("data");
-    torch::Tensor per_sample;
-    {
-      AutocastScope autocast(control.precision, device_);
-      Recompute recompute = recompute_;
-      recompute.phases = &phases_;  // recomputes charged as "recompute", not "backward"
-      const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute);
-      per_sample = (predicted.to(torch::kFloat32) - noise).pow(2).mean({1, 2});
-    }
-    // The global loss is the mean over the batch: each rank's share is its sum / batch, and the
-    // synchronizer sums the gradients over ranks.
-    const torch::Tensor loss = per_sample.sum() / static_cast<double>(b);
-    loss_sum += loss.detach().to(torch::kFloat64).cpu();
-    phases_.lap("forward");
-    micro_batch_backward(*sync_, loss, control.loss_scale, /*last=*/k + 1 == k_count);
-    phases_.lap("backward");
+  const auto [begin, end] = even_slice(options_.batch, comm_.rank(), comm_.size());  // this rank's
+  const int64_t lo = begin + (end - begin) * k / count;
+  const int64_t hi = begin + (end - begin) * (k + 1) / count;
+  const std::vector<int64_t> micro_ids(step_shapes_.begin() + lo, step_shapes_.begin() + hi);
+  const torch::Tensor x0 = clean_points(micro_ids);
+  std::vector<torch::Tensor> levels, noises;
+  for (int64_t j = lo; j < hi; ++j) {  // each sample's randomness: (seed, step, j) only
+    torch::Generator gen = generator(seed_, kNoisePurpose, static_cast<uint64_t>(step),
+                                     static_cast<uint64_t>(j));
+    levels.push_back(torch::randint(options_.timesteps, {1}, gen, torch::kInt64));
+    noises.push_back(torch::randn({options_.tokens, kChannels}, gen, torch::kFloat32));
   }
-  sync_->finish();
-  phases_.lap("gradient_sync");
-  torch::Tensor global = loss_sum.to(comm_.device()).reshape({1});
-  comm_.allreduce(global, distributed::ReduceOp::Sum);
-  StepRecord record;
-  record.loss = global.item<double>();
-  record.work = static_cast<double>(b);
+  const torch::Tensor t = torch::cat(levels).to(device_);
+  const torch::Tensor noise = torch::stack(noises).to(device_);
+  const torch::Tensor xt = schedule_.add_noise(x0, t, noise);
+  phases().lap("data");
+  torch::Tensor per_sample;
+  {
+    AutocastScope autocast(control.precision, device_);
+    Recompute recompute = recompute_;
+    recompute.phases = &phases();  // recomputes charged as "recompute", not "backward"
+    const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute);
+    per_sample = (predicted.to(torch::kFloat32) - noise).pow(2).mean({1, 2});
+  }
+  // The global loss is the mean over the batch: this rank's share is its sum / batch.
+  MicroBatchLoss loss;
+  loss.loss = per_sample.sum() / static_cast<double>(options_.batch);
+  return loss;
+}
+
+void DiffusionFamily::end_step(StepRecord& record) {
+  record.work = static_cast<double>(options_.batch);
   record.fields = {{"lr", step_lr_}};
   char progress[32];
   std::snprintf(progress, sizeof progress, "lr %.1e", step_lr_);
   record.progress = progress;
-  phases_.lap("forward");  // the global loss
-  record.phases = phases_.times();
-  return record;
-}
-
-std::vector<torch::Tensor> DiffusionFamily::gradients() {
-  std::vector<torch::Tensor> grads;
-  for (const torch::Tensor& p : model_->parameters()) grads.push_back(p.grad());
-  return grads;
-}
-
-void DiffusionFamily::apply_step(const StepControl&, bool skipped, StepRecord& record) {
-  phases_.skip();  // the run's skip check since forward_backward is the run's to charge
-  if (!skipped) adam_step(*optimizer_);
-  optimizer_->zero_grad(/*set_to_none=*/true);
-  phases_.lap("optimizer");
-  record.phases = phases_.times();
 }
 
 EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, const ImageSink&) {
@@ -398,13 +368,13 @@ torch::Tensor DiffusionFamily::render_camera(const data::Camera&, int64_t) {
 }
 
 void DiffusionFamily::save_state(SnapshotWriter& writer) {
-  write_adam_params(writer, model_->named_parameters(), *optimizer_);
+  write_adam_params(writer, model_->named_parameters(), optimizer());
   writer.write_replicated(snapshot_state("lr"),
                           torch::tensor(lr_.at(writer.meta().step), torch::kFloat64));
 }
 
 void DiffusionFamily::load_state(const SnapshotReader& reader) {
-  read_adam_params(reader, model_->named_parameters(), *optimizer_, "the [diffusion] keys");
+  read_adam_params(reader, model_->named_parameters(), optimizer(), "the [diffusion] keys");
 }
 
 std::string DiffusionFamily::describe() {
@@ -435,7 +405,8 @@ void register_diffusion_family(FamilyRegistry& registry) {
     return std::make_unique<data::shapes::ShapesReader>(path);
   };
   info.config_sections = {diffusion_config_section()};
-  info.unused_keys = diffusion_unused_keys();
+  info.shared_keys = diffusion_shared_keys();
+  info.key_choices = {{"checkpoint.policy", recompute_policy_names()}};
   registry.add(std::move(info));
 }
 

@@ -15,6 +15,7 @@
 #include "framework/data/shapes.h"
 #include "framework/bench_util.h"
 #include "framework/checkpoint_policy.h"
+#include "framework/data_parallel.h"
 #include "framework/family.h"
 #include "framework/schedule.h"
 #include "models/diffusion/diffusion_config.h"
@@ -29,7 +30,8 @@ constexpr const char* kModelName = "point-diffusion";
 // Noise levels of the held-out denoising loss: the midpoints of this many equal parts of [0, T).
 constexpr int64_t kEvalLevels = 8;
 
-class DiffusionFamily : public ModelFamily {
+// Data parallel (framework/data_parallel.h): each rank denoises its share of the batch's shapes.
+class DiffusionFamily : public DataParallelFamily {
  public:
   explicit DiffusionFamily(const FamilyContext& context);
   ~DiffusionFamily() override;
@@ -37,9 +39,6 @@ class DiffusionFamily : public ModelFamily {
   std::string model_name() const override { return kModelName; }
   std::string work_unit() const override { return "shapes"; }
   void on_start(int64_t first_step) override;
-  StepRecord forward_backward(const StepControl& control) override;
-  std::vector<torch::Tensor> gradients() override;
-  void apply_step(const StepControl& control, bool skipped, StepRecord& record) override;
   // The held-out denoising loss: the mean DDPM loss of the shapes `items` at kEvalLevels fixed
   // noise levels with fixed noise (a pure function of the seed), split across ranks.
   EvalScores evaluate(int64_t step, const std::vector<size_t>& items,
@@ -87,6 +86,14 @@ class DiffusionFamily : public ModelFamily {
   // dry forward of this rank's micro-batch size (the random state is left as it was).
   int64_t measure_activation_bytes(const std::string& precision);
 
+ protected:
+  // ---- DataParallelFamily. Phases: data (the micro-batch's shapes and noise), forward (the
+  // loss and its allreduce included), backward, gradient_sync; optimizer after the update.
+  double begin_step(const StepControl& control) override;
+  MicroBatchLoss micro_batch_loss(const StepControl& control, int64_t k, int64_t count) override;
+  void end_step(StepRecord& record) override;
+  const char* loss_phase() const override { return "forward"; }
+
  private:
   // checkpoint.policy -> recompute_ (and the budget plan's text).
   void plan_recompute(const Config& config);
@@ -102,17 +109,13 @@ class DiffusionFamily : public ModelFamily {
   std::string policy_name_;  // checkpoint.policy
   std::string precision_;
   std::unique_ptr<PointDenoiser> model_;
-  std::unique_ptr<torch::optim::Adam> optimizer_;
-  std::unique_ptr<distributed::GradientSynchronizer> sync_;
-  // The step's phases: data (the batch's shapes and noise), forward, backward, gradient_sync;
-  // optimizer in apply_step.
-  PhaseTimer phases_;
   NoiseSchedule schedule_;
   LrSchedule lr_;
   std::vector<size_t> train_;
   int64_t micro_shapes_ = 0;  // shapes in this rank's largest micro-batch
   std::map<int64_t, std::vector<int64_t>> epochs_;  // epoch -> permutation of train_ (cache)
   double step_lr_ = 0.0;
+  std::vector<int64_t> step_shapes_;  // the step's global batch (batch_shapes)
 };
 
 // FamilyInfo registration: model `point-diffusion`, its [diffusion] section and its dataset.

@@ -89,6 +89,10 @@ class KeepAttentionOutput : public torch::autograd::Function<KeepAttentionOutput
 
 }  // namespace
 
+std::vector<std::string> recompute_policy_names() {
+  return {"none", "blocks", "attention", "budget"};
+}
+
 RecomputePolicy parse_recompute_policy(const std::string& policy) {
   if (policy == "none") return RecomputePolicy::None;
   if (policy == "blocks") return RecomputePolicy::Blocks;

@@ -25,6 +25,7 @@ namespace tessera::models::diffusion {
 // checkpoint.budget_mib.
 enum class RecomputePolicy { None, Blocks, Attention, Budget };
 RecomputePolicy parse_recompute_policy(const std::string& policy);  // UserError for others
+std::vector<std::string> recompute_policy_names();  // none, blocks, attention, budget
 
 // What forward() recomputes in backward instead of keeping.
 struct Recompute {

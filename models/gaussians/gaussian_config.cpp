@@ -18,9 +18,11 @@ KeySpec gs_key(const char* name, Field field) {
 
 }  // namespace
 
-std::vector<std::string> gaussian_unused_keys() {
-  return {"sampling.rescale_lr", "checkpoint.segments", "checkpoint.every",
-          "distributed.first_bucket_mib", "distributed.bucket_mib"};
+std::vector<std::string> gaussian_shared_keys() {
+  // The sampling schedule draws views; no learning-rate rescaling, no named segments (the budget
+  // policy sets the views per pass) and no gradient buckets (the Gaussians are sharded).
+  return {"sampling.schedule",   "sampling.rate_max", "sampling.rate_min", "sampling.step_every",
+          "sampling.step_factor", "checkpoint.policy", "checkpoint.budget_mib"};
 }
 
 config_schema::SectionSpec gaussian_config_section() {

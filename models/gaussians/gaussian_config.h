@@ -8,7 +8,8 @@ namespace tessera::models::gaussians {
 // The [gaussians] section for FamilyInfo::config_sections.
 config_schema::SectionSpec gaussian_config_section();
 
-// The framework keys a `gaussians` run does not read, refused when set (FamilyInfo::unused_keys).
-std::vector<std::string> gaussian_unused_keys();
+// The opt-in framework keys a `gaussians` run reads; the others are refused when set
+// (FamilyInfo::shared_keys).
+std::vector<std::string> gaussian_shared_keys();
 
 }  // namespace tessera::models::gaussians

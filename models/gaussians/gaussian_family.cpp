@@ -164,10 +164,6 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   o.init.seed = static_cast<uint64_t>(config.run.seed);
   // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
   o.sampling = sampling_options(config);
-  if (config.checkpoint.policy != "none" && config.checkpoint.policy != "budget")
-    throw UserError(config.source_path + ": checkpoint.policy = \"" + config.checkpoint.policy +
-                    "\" is another model's; a `gaussians` run takes \"budget\" (the views per "
-                    "pass that fit checkpoint.budget_mib) or \"none\"");
   if (config.checkpoint.policy == "budget") {
     if (!(config.checkpoint.budget_mib > 0))
       throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "
@@ -196,7 +192,9 @@ void register_gaussian_family(FamilyRegistry& registry) {
   };
   info.export_snapshot = export_snapshot;
   info.config_sections = {gaussian_config_section()};
-  info.unused_keys = gaussian_unused_keys();
+  info.shared_keys = gaussian_shared_keys();
+  // "budget": the views per pass that fit checkpoint.budget_mib (gaussians.views_per_pass).
+  info.key_choices = {{"checkpoint.policy", {"none", "budget"}}};
   registry.add(std::move(info));
 }
 

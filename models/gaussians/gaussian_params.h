@@ -14,7 +14,7 @@
 
 #include "framework/data/scene.h"
 #include "framework/even_slice.h"
-#include "framework/model.h"
+#include "framework/param_group.h"
 
 namespace tessera::models::gaussians {
 

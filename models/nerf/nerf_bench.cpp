@@ -1,4 +1,4 @@
-// `tessera bench nerf`: NeRF training throughput (global rays/s through the Trainer), and the
+// `tessera bench nerf`: NeRF training throughput (global rays/s through the RayTrainer), and the
 // memory and time of activation checkpointing policies and of gradient accumulation on a fixed
 // batch of nerf-mlp, at one precision. One JSON object per line on rank 0's stdout; progress on stderr.
 #include <CLI/CLI.hpp>
@@ -26,10 +26,10 @@
 #include "framework/data/synth.h"
 #include "framework/log.h"
 #include "framework/memory.h"
-#include "framework/model.h"
+#include "models/nerf/ray_model.h"
 #include "framework/phase_timer.h"
-#include "framework/ray_sampler.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_sampler.h"
+#include "models/nerf/ray_trainer.h"
 #include "framework/bench_util.h"
 #include "models/nerf/nerf_family.h"
 
@@ -99,7 +99,7 @@ struct FixedCase {
   int64_t k = 1;
 };
 
-// Forward + backward of `batch` in `k` micro-batches (the Trainer's loss and split), with
+// Forward + backward of `batch` in `k` micro-batches (the RayTrainer's loss and split), with
 // gradients set to none first so that every step allocates the same. Peak relative to the start.
 // The phases: "forward" (render and loss), "backward", and "recompute" (the checkpoints'
 // recomputes, not charged to "backward").
@@ -232,14 +232,14 @@ int run_nerf_bench(const NerfBenchOptions& options) {
                          options.seed, temp);
   const data::SceneReader scene(scene_path);
 
-  // Throughput: optimizer steps through the Trainer, global rays/s over the timed steps.
+  // Throughput: optimizer steps through the RayTrainer, global rays/s over the timed steps.
   if (has(cases, "throughput")) {
     for (const std::string& name : split_list(options.models)) {
       bench::progress(rank, "nerf", "throughput %s: %lld + %lld steps of %lld rays", name.c_str(),
                static_cast<long long>(options.warmup), static_cast<long long>(options.steps),
                static_cast<long long>(options.train_rays));
       auto model = create_model(name, scene, device, options.seed);
-      TrainerOptions trainer_options;
+      RayTrainerOptions trainer_options;
       trainer_options.steps = options.warmup + options.steps;
       trainer_options.rays_per_step = options.train_rays;
       trainer_options.seed = options.seed;
@@ -249,7 +249,7 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       trainer_options.out_dir = "";
       trainer_options.progress = false;
       trainer_options.precision = options.precision;
-      Trainer trainer(context, *comm, *model, scene, trainer_options);
+      RayTrainer trainer(context, *comm, *model, scene, trainer_options);
       for (int64_t step = 0; step < options.warmup; ++step) trainer.train_step(step);
       bench::sync(device);
       MPI_CHECK(MPI_Barrier(world));
@@ -391,7 +391,7 @@ bench::BenchCommand add_nerf_bench(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   sub->add_option("--precision", o->precision,
-                  "fp32, bf16 or fp16: the Trainer's train.precision for the throughput case and "
+                  "fp32, bf16 or fp16: the RayTrainer's train.precision for the throughput case and "
                   "autocast around the fixed-batch forward passes (fp16 needs CUDA and its "
                   "steps use the loss scaler); every JSON line carries it")
       ->capture_default_str()

@@ -1,4 +1,4 @@
-// The NeRF families (nerf-hash, nerf-mlp): a ray Model trained by the ray family (the Trainer),
+// The NeRF families (nerf-hash, nerf-mlp): a ray Model trained by the ray family (the RayTrainer),
 // its options from the config, and activation checkpointing applied from [checkpoint].
 #include "models/nerf/nerf_family.h"
 
@@ -9,7 +9,7 @@
 
 #include "distributed/errors.h"
 #include "framework/checkpoint_policy.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_trainer.h"
 #include "models/nerf/nerf_config.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
@@ -31,10 +31,10 @@ std::vector<std::string> split_names(const std::string& text) {
 
 // Applies [checkpoint] to the model and logs the plan on every rank (each rank logs to its own
 // file). "budget" measures the segments on this rank's first micro-batch of step 0 (the
-// Trainer's own RaySampler, so the same rays and ray count a micro-batch of training renders)
+// RayTrainer's own RaySampler, so the same rays and ray count a micro-batch of training renders)
 // with Model::measure_segments, and plans per rank on those measurements. Checkpointing never
 // changes values, so ranks whose plans differ (micro-batches differ by one ray) still agree.
-void apply_checkpoint_policy(const Config& config, Model& model, Trainer& trainer,
+void apply_checkpoint_policy(const Config& config, Model& model, RayTrainer& trainer,
                              distributed::Communicator& comm, torch::Device device) {
   CheckpointPolicyOptions options;
   options.segments = split_names(config.checkpoint.segments);
@@ -85,30 +85,32 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
   info.create = [make](const FamilyContext& c) -> std::unique_ptr<ModelFamily> {
     std::unique_ptr<Model> model = make(c.config, ModelContext::from_scene(c.scene(), c.device));
     Model& raw = *model;
-    auto trainer = std::make_unique<Trainer>(c.process, c.comm, std::move(model), c.scene(),
+    auto trainer = std::make_unique<RayTrainer>(c.process, c.comm, std::move(model), c.scene(),
                                              trainer_options(c.config));
     apply_checkpoint_policy(c.config, raw, *trainer, c.comm, c.device);
     return trainer;
   };
   info.check_config = [](const Config& config) {
     check_nerf_config(config.section<NerfConfig>(), config.source_path);
-    const std::string& policy = config.checkpoint.policy;
-    if (policy != "none" && policy != "segments" && policy != "budget")
-      throw UserError(config.source_path + ": checkpoint.policy = \"" + policy + "\" is not one "
-                      "of the NeRF models': none, segments, budget");
     // The schedules check their own combinations (e.g. rate_min <= rate_max) when built.
-    const TrainerOptions o = trainer_options(config);
+    const RayTrainerOptions o = trainer_options(config);
     LrSchedule{o.lr};
     SamplingSchedule{o.sampling};
   };
   info.config_sections = {nerf_config_section()};
+  // The ray sampling schedule, checkpointing by segments and the gradient buckets: every
+  // opt-in framework key.
+  info.shared_keys = {"sampling", "checkpoint", "distributed.first_bucket_mib",
+                      "distributed.bucket_mib"};
+  // Checkpointing by the model's segments (docs/checkpointing.md).
+  info.key_choices = {{"checkpoint.policy", {"none", "segments", "budget"}}};
   return info;
 }
 
 }  // namespace
 
-TrainerOptions trainer_options(const Config& config) {
-  TrainerOptions o;
+RayTrainerOptions trainer_options(const Config& config) {
+  RayTrainerOptions o;
   static_cast<RunOptions&>(o) = run_options(config);
   const NerfConfig& nerf = config.section<NerfConfig>();
   o.rays_per_step = nerf.rays_per_step;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/model.h"
+#include "models/nerf/ray_model.h"
 #include "kernels/hash_encoding.h"
 #include "kernels/ray_march.h"
 #include "models/nerf/nerf_common.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/model.h"
+#include "models/nerf/ray_model.h"
 #include "models/nerf/nerf_common.h"
 
 namespace tessera::models::nerf {

@@ -11,6 +11,11 @@ line. What it understands of the column:
   - **except** a family's folder: the families only through `HEADER`: no family folder, but HEADER.
 A row it cannot read fails the test: the table and this script change together.
 
+framework/ and distributed/ know no family: no file there names a family's folder (`nerf`,
+`gaussians`, ...) or a model (model.name of a config in configs/) as a lowercase word, the way
+code, config sections and messages name them. (Capitalized technique and dataset names, such as
+NeRF-synthetic, are not families.)
+
 It also keeps the build fast (docs/testing.md, "Build time"): no file includes <torch/torch.h>,
 and no .cu file includes a <torch/...> header (nvcc parses those three times, without the
 precompiled header).
@@ -64,12 +69,26 @@ if set(rules) != expected:
 include = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"')
 problems, checked = [], 0
 torch_include = re.compile(r'^\s*#\s*include\s+<(torch/[^>]+)>')
+models = set()
+for config in (root / "configs").glob("*.toml"):
+    m = re.search(r'^\[model\][^\[]*?^name\s*=\s*"([^"]+)"', config.read_text(), re.M | re.S)
+    if m:
+        models.add(m.group(1))
+if not models:
+    sys.exit(f"no model.name found in {root}/configs/*.toml: wrong folder?")
+family_word = re.compile(r"(?<![\w-])(" + "|".join(
+    re.escape(n) for n in sorted(set(families) | models, key=len, reverse=True)) + r")(?![\w-])")
 for path in sorted(root.glob("**/*")):
     rel = path.relative_to(root).as_posix()
     if (path.suffix not in (".h", ".cpp", ".cu", ".cuh") or not path.is_file()
             or rel.split("/")[0].startswith(("build", "."))):
         continue
     for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if rel.split("/")[0] in ("framework", "distributed"):
+            w = family_word.search(text)
+            if w:
+                problems.append(f"{rel}:{number}: names the family '{w.group(1)}': framework/ and "
+                                "distributed/ know no family (docs/architecture.md, Layers)")
         m = torch_include.match(text)
         if m and m.group(1) == "torch/torch.h":
             problems.append(f"{rel}:{number}: includes <torch/torch.h>: include the LibTorch headers "
@@ -116,5 +135,5 @@ if checked < 100:
     sys.exit(f"only {checked} includes of Tessera's own headers found under {root}: wrong folder?")
 for p in problems:
     print(p)
-print(f"{checked} includes checked against the layer table: {len(problems)} not allowed")
+print(f"{checked} includes checked against the layer table: {len(problems)} problems")
 sys.exit(1 if problems else 0)

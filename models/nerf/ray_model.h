@@ -1,5 +1,5 @@
-// The Model interface that the Trainer drives, and the registry that builds a model by its
-// config name. Implementations live in models/ and register themselves there.
+// The ray Model interface that the RayTrainer drives, and the registry that builds a ray model by
+// its config name. nerf-hash and nerf-mlp implement it; nerf_family.cpp registers them.
 #pragma once
 
 #include <torch/types.h>
@@ -13,16 +13,11 @@
 #include "distributed/communicator.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
+#include "framework/param_group.h"
 #include "framework/phase_timer.h"
 #include "framework/data/scene.h"
 
-namespace tessera {
-
-// Parameters that share optimizer settings (e.g. "hash_grid", "mlp", "means").
-struct ParamGroup {
-  std::string name;
-  std::vector<torch::Tensor> params;
-};
+namespace tessera::models::nerf {
 
 // A batch of rays in world space (OpenCV cameras, docs/datasets.md). All tensors on the model's device.
 struct RayBatch {
@@ -130,4 +125,4 @@ class ModelRegistry {
   std::vector<std::pair<std::string, ModelFactory>> factories_;
 };
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

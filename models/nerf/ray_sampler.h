@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "framework/data/scene.h"
-#include "framework/model.h"
+#include "models/nerf/ray_model.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
 // A stable 64-bit mix of (seed, index, purpose) for seeding generators; identical everywhere.
 uint64_t hash_seed(uint64_t seed, uint64_t index, const char* purpose);
@@ -95,4 +95,4 @@ class RaySampler {
   torch::Tensor cached_order_;
 };
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

@@ -3,9 +3,9 @@
 #include "distributed/errors.h"
 #include "framework/adam_state.h"
 #include "framework/snapshot.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_trainer.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
 namespace {
 
@@ -21,8 +21,8 @@ NamedParams named_params(Model& model) {
 
 }  // namespace
 
-void Trainer::save_state(SnapshotWriter& writer) {
-  write_adam_params(writer, named_params(model_), *optimizer_);
+void RayTrainer::save_state(SnapshotWriter& writer) {
+  write_adam_params(writer, named_params(model_), optimizer());
   for (const auto& [name, t] : model_.state_tensors())
     writer.write_replicated(snapshot_state("model/" + name), t);
   // The schedules are pure functions of the step; their values at the next step are stored
@@ -33,10 +33,10 @@ void Trainer::save_state(SnapshotWriter& writer) {
                           torch::tensor(sampling_.at(next), torch::kFloat64));
 }
 
-void Trainer::load_state(const SnapshotReader& reader) {
+void RayTrainer::load_state(const SnapshotReader& reader) {
   const std::string& path = reader.path();
   torch::NoGradGuard no_grad;
-  read_adam_params(reader, named_params(model_), *optimizer_, "the model's config section");
+  read_adam_params(reader, named_params(model_), optimizer(), "the model's config section");
   for (auto& [name, t] : model_.state_tensors()) {
     const std::string key = snapshot_state("model/" + name);
     if (!reader.has(key)) throw UserError(path + ": model state '" + name + "' is missing");
@@ -44,4 +44,4 @@ void Trainer::load_state(const SnapshotReader& reader) {
   }
 }
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

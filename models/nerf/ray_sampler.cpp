@@ -1,6 +1,6 @@
 // RaySampler: epochs of the sampling schedule, the per-epoch shuffled pixel pool, batches of
 // pixel ids and their rays (OpenCV cameras with lens distortion; docs/training_loop.md).
-#include "framework/ray_sampler.h"
+#include "models/nerf/ray_sampler.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -14,7 +14,7 @@
 #include "framework/hashing.h"
 #include "kernels/cpu/parallel.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
 namespace {
 
@@ -206,4 +206,4 @@ RayBatch RaySampler::rank_batch(int64_t step, int rank, int size, torch::Device 
   return rays_for(global_batch(step).narrow(0, begin, end - begin), begin, device, step);
 }
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

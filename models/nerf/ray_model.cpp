@@ -3,9 +3,9 @@
 
 #include "distributed/errors.h"
 #include "framework/data/scene.h"
-#include "framework/model.h"
+#include "models/nerf/ray_model.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
 ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Device device) {
   const data::SceneMeta& meta = scene.meta();
@@ -67,4 +67,4 @@ std::unique_ptr<Model> ModelRegistry::create(const Config& config,
   return nullptr;  // unreachable: require() threw
 }
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

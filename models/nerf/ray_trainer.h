@@ -17,18 +17,19 @@
 #include "distributed/gradient_synchronizer.h"
 #include "distributed/process_context.h"
 #include "framework/data/scene.h"
+#include "framework/data_parallel.h"
 #include "framework/family.h"
 #include "framework/loss_scaler.h"
-#include "framework/model.h"
-#include "framework/ray_sampler.h"
 #include "framework/run.h"
 #include "framework/schedule.h"
+#include "models/nerf/ray_model.h"
+#include "models/nerf/ray_sampler.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
 // The ray family's options: the run's (steps, seed, precision, cadence, snapshots, ...) and its
 // own. Model options are the Model's; activation checkpointing is set on the Model.
-struct TrainerOptions : RunOptions {
+struct RayTrainerOptions : RunOptions {
   int64_t rays_per_step = 4096;   // global batch R, split across ranks and micro-batches
   int64_t micro_batches = 1;      // K: gradient accumulation steps per optimizer step
   LrScheduleOptions lr;
@@ -42,46 +43,26 @@ struct TrainerOptions : RunOptions {
   distributed::GradientSyncOptions grad_sync;
 };
 
-// What one optimizer step did (identical on every rank).
-struct StepResult {
-  int64_t step = 0;
-  double loss = 0.0;   // global mean squared error over the batch's rays and channels
-  double lr = 0.0;
-  double sampling_rate = 1.0;
-  double loss_scale = 1.0;
-  bool skipped = false;  // non-finite gradient somewhere: no rank updated
-  double seconds = 0.0;  // wall time of the step on this rank
-  double samples_per_ray = 0.0;  // samples the model evaluated per ray on this rank (rank 0's
-                                 // in metrics.jsonl): what empty-space skipping leaves
-  double rendered_per_ray = 0.0; // of those, the samples rendered with gradients (nerf-hash:
-                                 // those before the ray's transmittance ends; else all)
-  PhaseTimes phases;             // this rank's seconds per phase (StepRecord::phases)
-};
-
-using EvalResult = EvalScores;
-
-// The ray family: trains any ray Model (nerf-hash, nerf-mlp, test models) as a ModelFamily of
-// the framework's TrainingRun. Also a ready run for code that trains a Model directly (tests, `bench
+// The ray family: trains any ray Model (nerf-hash, nerf-mlp, test models) as a data-parallel
+// family (framework/data_parallel.h) of the framework's TrainingRun: each micro-batch renders
+// its slice of this rank's rays. Also a ready run for code that trains a Model directly (tests, `bench
 // nerf`): run(), train_step(), evaluate() and the snapshot calls go through a TrainingRun over this
-// family, built with the TrainerOptions on first use.
-class Trainer : public ModelFamily {
+// family, built with the RayTrainerOptions on first use.
+class RayTrainer : public DataParallelFamily {
  public:
   // Reads all train images of `scene` (uint8, kept in memory). `model` lives on `comm.device()`.
   // Every rank must construct it with the same options (collective: gradient sync layout check).
   // Throws UserError on bad options (fp16 on CPU, K > rays per rank, ...).
-  Trainer(distributed::ProcessContext& context, distributed::Communicator& comm, Model& model,
-          const data::SceneReader& scene, TrainerOptions options);
+  RayTrainer(distributed::ProcessContext& context, distributed::Communicator& comm, Model& model,
+          const data::SceneReader& scene, RayTrainerOptions options);
   // The same, owning its model (the registered NeRF families).
-  Trainer(distributed::ProcessContext& context, distributed::Communicator& comm,
-          std::unique_ptr<Model> model, const data::SceneReader& scene, TrainerOptions options);
-  ~Trainer() override;
+  RayTrainer(distributed::ProcessContext& context, distributed::Communicator& comm,
+          std::unique_ptr<Model> model, const data::SceneReader& scene, RayTrainerOptions options);
+  ~RayTrainer() override;
 
   // ---- ModelFamily (trainer.cpp, trainer_eval.cpp, trainer_snapshot.cpp)
   std::string model_name() const override { return model_.name(); }
   std::string work_unit() const override { return "rays"; }
-  StepRecord forward_backward(const StepControl& control) override;
-  std::vector<torch::Tensor> gradients() override;
-  void apply_step(const StepControl& control, bool skipped, StepRecord& record) override;
   EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
                       const ImageSink& on_image) override;
   // Renders any camera (e.g. an orbit around the scene), with the scene's near/far: float32
@@ -102,11 +83,12 @@ class Trainer : public ModelFamily {
   TrainingRun& run_driver();
   // Trains steps [next_step(), options.steps), evaluating and logging as configured; collective.
   TrainSummary run() { return run_driver().run(); }
-  // One optimizer step for `step` (collective).
-  StepResult train_step(int64_t step);
+  // One optimizer step for `step` (collective). Its fields (metrics.jsonl) hold the step's "lr",
+  // "sampling_rate", "samples_per_ray" and "rendered_per_ray".
+  StepRecord train_step(int64_t step) { return run_driver().train_step(step); }
   // Renders the eval views split by rows across ranks, scores them and (rank 0, when `write`
   // and out_dir is set) writes renders/step-NNNNNNNN-view-III.png. Collective.
-  EvalResult evaluate(int64_t step, bool write = true) { return run_driver().evaluate(step, write); }
+  EvalScores evaluate(int64_t step, bool write = true) { return run_driver().evaluate(step, write); }
   // Renders camera `index` of the scene: float32 [H, W, 3] on every rank. Collective.
   torch::Tensor render_view(size_t index, int64_t step);
   std::string save_snapshot() { return run_driver().save_snapshot(); }
@@ -119,12 +101,17 @@ class Trainer : public ModelFamily {
   const LossScaler& loss_scaler() { return run_driver().loss_scaler(); }
 
   RaySampler& sampler() { return *sampler_; }
-  const TrainerOptions& options() const { return options_; }
+  const RayTrainerOptions& options() const { return options_; }
   Model& model() { return model_; }
-  torch::optim::Adam& optimizer() { return *optimizer_; }
 
-  // Test hook: called with each micro-batch loss before backward; may replace it (e.g. by NaN).
-  std::function<void(int64_t step, int64_t micro_batch, torch::Tensor& loss)> loss_hook;
+ protected:
+  // ---- DataParallelFamily (ray_trainer.cpp). Phases: sample, then the model's (march, encode,
+  // mlp, composite), loss, backward, gradient_sync; optimizer and occupancy (the model's
+  // after_step) after the update.
+  double begin_step(const StepControl& control) override;
+  MicroBatchLoss micro_batch_loss(const StepControl& control, int64_t k, int64_t count) override;
+  void end_step(StepRecord& record) override;
+  void after_update(const StepControl& control) override;
 
  private:
   std::unique_ptr<Model> owned_model_;  // set by the owning constructor
@@ -132,20 +119,16 @@ class Trainer : public ModelFamily {
   distributed::Communicator& comm_;
   Model& model_;
   const data::SceneReader& scene_;
-  TrainerOptions options_;
+  RayTrainerOptions options_;
   torch::Device device_;
-  std::vector<torch::Tensor> params_;
-  std::unique_ptr<torch::optim::Adam> optimizer_;
-  std::unique_ptr<distributed::GradientSynchronizer> sync_;
-  // The step's phases: sample, then the model's (march, encode, mlp, composite), loss, backward,
-  // gradient_sync; optimizer and occupancy (the model's after_step) in apply_step.
-  PhaseTimer phases_;
   std::unique_ptr<RaySampler> sampler_;
   LrSchedule lr_;
   SamplingSchedule sampling_;
   std::unique_ptr<TrainingRun> run_;  // run_driver()
   // Of the step in progress (forward_backward to apply_step).
-  double step_lr_ = 0.0, step_rate_ = 1.0, samples_per_ray_ = 0.0, rendered_per_ray_ = 0.0;
+  RayBatch batch_;  // this rank's rays
+  double step_lr_ = 0.0, step_rate_ = 1.0;
+  int64_t samples_ = 0, rendered_ = 0;  // samples marched and rendered by this rank
 };
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

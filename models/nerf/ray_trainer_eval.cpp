@@ -1,15 +1,15 @@
 // The ray family's eval: renders views with their rows split across ranks (allgatherv assembles
 // the image on every rank) and scores PSNR/SSIM against the dataset image.
 #include "framework/metrics.h"
-#include "framework/trainer.h"
+#include "models/nerf/ray_trainer.h"
 
-namespace tessera {
+namespace tessera::models::nerf {
 
-torch::Tensor Trainer::render_view(size_t index, int64_t step) {
+torch::Tensor RayTrainer::render_view(size_t index, int64_t step) {
   return render_camera(scene_.cameras().at(index), step);
 }
 
-torch::Tensor Trainer::render_camera(const data::Camera& cam, int64_t step) {
+torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
   const int64_t h = cam.height, w = cam.width;
   // This rank's block of rows.
   const int64_t row0 = h * comm_.rank() / comm_.size(), row1 = h * (comm_.rank() + 1) / comm_.size();
@@ -45,7 +45,7 @@ torch::Tensor Trainer::render_camera(const data::Camera& cam, int64_t step) {
   return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, 3}).clamp(0.0, 1.0);
 }
 
-EvalScores Trainer::evaluate(int64_t step, const std::vector<size_t>& views,
+EvalScores RayTrainer::evaluate(int64_t step, const std::vector<size_t>& views,
                              const ImageSink& on_image) {
   double psnr_sum = 0.0, ssim_sum = 0.0;
   for (size_t view : views) {
@@ -59,4 +59,4 @@ EvalScores Trainer::evaluate(int64_t step, const std::vector<size_t>& views,
   return image_scores(n, n > 0 ? psnr_sum / n : 0.0, n > 0 ? ssim_sum / n : 0.0);
 }
 
-}  // namespace tessera
+}  // namespace tessera::models::nerf

@@ -1,0 +1,199 @@
+// The ray family's construction and its part of the data-parallel step: the rank's slice of the
+// global ray batch, rendered in K micro-batches; the occupancy update after Adam.
+#include "models/nerf/ray_trainer.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "distributed/agreement.h"
+#include "distributed/errors.h"
+#include "framework/autocast.h"
+#include "framework/learning_check.h"
+#include "framework/memory.h"
+
+namespace tessera::models::nerf {
+
+namespace {
+
+torch::Device device_of(Model& model, distributed::Communicator& comm) {
+  for (const ParamGroup& g : model.parameter_groups())
+    for (const torch::Tensor& p : g.params) return p.device();
+  return comm.device();
+}
+
+}  // namespace
+
+RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Communicator& comm,
+                 std::unique_ptr<Model> model, const data::SceneReader& scene,
+                 RayTrainerOptions options)
+    : RayTrainer(context, comm, *model, scene, std::move(options)) {
+  owned_model_ = std::move(model);
+}
+
+RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Communicator& comm,
+                       Model& model, const data::SceneReader& scene, RayTrainerOptions options)
+    : DataParallelFamily(context, comm, device_of(model, comm)), context_(context), comm_(comm),
+      model_(model), scene_(scene), options_(std::move(options)), device_(device_of(model, comm)),
+      lr_(options_.lr), sampling_(options_.sampling) {
+  check_run_options(options_, device_);
+  if (options_.micro_batches < 1) throw UserError("nerf.micro_batches must be >= 1");
+  const int64_t per_rank = options_.rays_per_step / comm_.size();
+  if (per_rank < options_.micro_batches)
+    throw UserError("nerf.rays_per_step (" + std::to_string(options_.rays_per_step) +
+                    ") gives fewer rays per rank than nerf.micro_batches (" +
+                    std::to_string(options_.micro_batches) + "); raise rays_per_step");
+  if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
+
+  std::vector<std::vector<torch::Tensor>> groups;
+  for (const ParamGroup& g : model_.parameter_groups()) groups.push_back(g.params);
+  init_optimizer(groups,
+                 torch::optim::AdamOptions(options_.lr.lr)
+                     .betas({options_.adam_beta1, options_.adam_beta2})
+                     .eps(options_.adam_eps),
+                 options_.grad_sync, options_.micro_batches);
+  RaySamplerOptions so;
+  so.rays_per_step = options_.rays_per_step;
+  so.seed = options_.seed;
+  so.random_background = options_.random_background;
+  sampler_ = std::make_unique<RaySampler>(
+      scene_, so, [this](int64_t step) { return sampling_.at(step); });
+}
+
+RayTrainer::~RayTrainer() = default;
+
+namespace {
+
+double pixels(const data::SceneReader& scene, const std::vector<size_t>& views) {
+  double sum = 0.0;
+  for (size_t v : views)
+    sum += static_cast<double>(scene.cameras()[v].width) * scene.cameras()[v].height;
+  return sum;
+}
+
+}  // namespace
+
+EpochSize RayTrainer::epoch_size() const {
+  return {pixels(scene_, scene_.indices(data::Split::Train)),
+          static_cast<double>(options_.rays_per_step)};
+}
+
+void RayTrainer::set_total_steps(int64_t steps) {
+  options_.steps = steps;
+  options_.lr.total_steps = std::max<int64_t>(1, steps);
+  options_.lr.warmup_steps = std::min(options_.lr.warmup_steps, options_.lr.total_steps);
+  lr_ = LrSchedule(options_.lr);
+  options_.sampling.total_steps = std::max<int64_t>(1, steps);
+  sampling_ = SamplingSchedule(options_.sampling);
+}
+
+double RayTrainer::eval_cost(const std::vector<size_t>& views) const {
+  // A render ray at a training ray's time: without backward, but with every sample of a fully
+  // marched ray (measured on a 302x403 capture: 0.58 of a training ray's time). Forecasting
+  // less, a run overran its budget by the difference.
+  return pixels(scene_, views) / static_cast<double>(options_.rays_per_step);
+}
+
+TrainingRun& RayTrainer::run_driver() {
+  if (!run_) run_ = std::make_unique<TrainingRun>(context_, comm_, *this, scene_, options_);
+  return *run_;
+}
+
+double RayTrainer::begin_step(const StepControl& control) {
+  step_rate_ = sampler_->epoch_of(control.step).rate;
+  step_lr_ = lr_.at(control.step);
+  if (options_.rescale_lr) step_lr_ *= lr_rescale(step_rate_, options_.sampling.rate_max);
+  batch_ = sampler_->rank_batch(control.step, comm_.rank(), comm_.size(), device_);
+  samples_ = rendered_ = 0;
+  phases().lap("sample");
+  return step_lr_;
+}
+
+DataParallelFamily::MicroBatchLoss RayTrainer::micro_batch_loss(const StepControl& control,
+                                                                int64_t k, int64_t count) {
+  const int64_t local = batch_.ray_ids.size(0);
+  const int64_t begin = local * k / count, end = local * (k + 1) / count;
+  auto slice = [&](const torch::Tensor& t) { return t.narrow(0, begin, end - begin); };
+  RayBatch micro;
+  micro.origins = slice(batch_.origins);
+  micro.directions = slice(batch_.directions);
+  micro.near = slice(batch_.near);
+  micro.far = slice(batch_.far);
+  micro.target_rgb = slice(batch_.target_rgb);
+  micro.background = batch_.background.dim() == 2 ? slice(batch_.background) : batch_.background;
+  micro.ray_ids = slice(batch_.ray_ids);
+  StepContext ctx;
+  ctx.step = control.step;
+  ctx.seed = options_.seed;
+  ctx.training = true;
+  ctx.phases = &phases();
+  MicroBatchLoss loss;
+  torch::Tensor sq;
+  {
+    AutocastScope autocast(control.precision, device_);
+    const RenderResult out = model_.render(micro, ctx);
+    samples_ += out.samples;
+    rendered_ += out.samples_rendered >= 0 ? out.samples_rendered : out.samples;
+    sq = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum();
+    if (out.regularization.defined())
+      loss.extra = out.regularization.to(torch::kFloat32) /
+                   static_cast<double>(options_.rays_per_step);
+  }
+  // The global mean squared error over the step's rays and channels: this rank's share.
+  loss.loss = sq / (3.0 * static_cast<double>(options_.rays_per_step));
+  return loss;
+}
+
+void RayTrainer::end_step(StepRecord& record) {
+  const int64_t local = batch_.ray_ids.size(0);
+  const double samples_per_ray =
+      local > 0 ? static_cast<double>(samples_) / static_cast<double>(local) : 0.0;
+  const double rendered_per_ray =
+      local > 0 ? static_cast<double>(rendered_) / static_cast<double>(local) : 0.0;
+  record.work = static_cast<double>(options_.rays_per_step);
+  const double psnr = record.loss > 0 ? -10.0 * std::log10(record.loss) : 99.0;
+  record.fields = {{"psnr", psnr},
+                   {"lr", step_lr_},
+                   {"sampling_rate", step_rate_},
+                   {"samples_per_ray", samples_per_ray},
+                   {"rendered_per_ray", rendered_per_ray}};
+  char progress[128];
+  std::snprintf(progress, sizeof(progress), "psnr %.1f spr %.0f/%.0f rate %.2f lr %.1e", psnr,
+                rendered_per_ray, samples_per_ray, step_rate_, step_lr_);
+  record.progress = progress;
+  batch_ = RayBatch{};  // the rays are not needed until the next step
+}
+
+std::string RayTrainer::not_learning_causes() const {
+  return capture_not_learning_causes(
+      "(4) learning rate: nerf.lr too high (loss stuck) or too low; "
+      "(5) lens distortion or images at another size than the cameras "
+      "(`tessera convert --images-scaled`).");
+}
+
+std::string RayTrainer::overfitting_causes() const {
+  return "(4) floaters: density just in front of each camera paints that view and is seen as fog "
+         "from the others (nerf.near_gradient_distance, nerf.distortion_weight); "
+         "(5) view-dependent color explaining what geometry should (too few views for the "
+         "color MLP's directions).";
+}
+
+void RayTrainer::after_update(const StepControl& control) {
+  if (options_.check_agreement) {
+    using distributed::check_same_on_all_ranks;
+    const std::string at = " at step " + std::to_string(control.step);
+    check_same_on_all_ranks(context_, step_lr_, "learning rate" + at);
+    check_same_on_all_ranks(context_, step_rate_, "sampling rate" + at);
+  }
+  StepContext ctx;
+  ctx.step = control.step;
+  ctx.seed = options_.seed;
+  ctx.training = true;
+  model_.after_step(ctx, comm_);
+  phases().lap("occupancy");
+}
+
+}  // namespace tessera::models::nerf
