@@ -15,11 +15,6 @@ double EvalScores::value(const std::string& name) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-std::string ModelFamily::write_samples(const SampleRequest&) {
-  throw UserError("model '" + model_name() + "' is not a generative model: it has no samples to "
-                  "draw (`tessera sample` takes a snapshot of a generative model)");
-}
-
 std::string EvalScores::text() const {
   if (items == 0) return "none";
   std::string out;
@@ -47,7 +42,7 @@ EvalScores image_scores(int64_t views, double psnr, double ssim) {
 }
 
 const data::SceneReader& FamilyContext::scene() const {
-  const auto* scene = dynamic_cast<const data::SceneReader*>(&dataset);
+  const data::SceneReader* scene = dataset.as_scene();
   if (!scene) throw std::logic_error("this family trains on views, but its dataset is not a scene");
   return *scene;
 }

@@ -79,6 +79,24 @@ struct SampleRequest {
   std::string out_dir;    // rank 0 writes the files here (the folder exists)
 };
 
+// A family that renders camera views (radiance fields, splats): `tessera render`, orbits.
+class ViewRenderer {
+ public:
+  virtual ~ViewRenderer() = default;
+  // Renders any camera (a dataset view, an orbit) at the step `step`: [H, W, 3] float32 in
+  // [0, 1] on the CPU, on every rank. Collective.
+  virtual torch::Tensor render_camera(const data::Camera& camera, int64_t step) = 0;
+};
+
+// A generative family: `tessera sample`.
+class SampleWriter {
+ public:
+  virtual ~SampleWriter() = default;
+  // Draws request.count samples split across ranks and writes them into request.out_dir on
+  // rank 0; returns the summary line. Collective.
+  virtual std::string write_samples(const SampleRequest& request) = 0;
+};
+
 // One model family's training state and its hooks. The TrainingRun (framework/run.h) owns the loop:
 // cadence, logging, snapshots, signals and the non-finite policy; a family fills these hooks.
 // Every hook but the const ones is collective: all ranks call it in the same order.
@@ -106,9 +124,6 @@ class ModelFamily {
   // (when set) receives each render on every rank.
   virtual EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
                               const ImageSink& on_image) = 0;
-  // Renders any camera (a dataset view, an orbit): [H, W, 3] float32 in [0, 1] on the CPU, on
-  // every rank.
-  virtual torch::Tensor render_camera(const data::Camera& camera, int64_t step) = 0;
   // The family's training state in a snapshot (parameters, optimizer, model state); the TrainingRun
   // writes the meta and its own state around it. load_state throws UserError, on every rank,
   // for a snapshot that does not fit this family's settings.
@@ -117,10 +132,10 @@ class ModelFamily {
   // After the last step of a finished run: files of the family in `out_dir` (e.g. a PLY);
   // returns a line for the summary ("" = nothing written).
   virtual std::string write_outputs(const std::string& out_dir) { return ""; }
-  // `tessera sample` (collective): draws request.count samples split across ranks and writes them
-  // into request.out_dir on rank 0; returns the summary line. A family that generates nothing
-  // throws UserError (the default).
-  virtual std::string write_samples(const SampleRequest& request);
+  // Optional capabilities (above): this family as a ViewRenderer (`tessera render`) or a
+  // SampleWriter (`tessera sample`); nullptr when it has no such capability.
+  virtual ViewRenderer* view_renderer() { return nullptr; }
+  virtual SampleWriter* sample_writer() { return nullptr; }
   // Budgets (framework/budget.h, docs/training_loop.md "Budgets"). One pass over the training
   // data and one step's share of it, in work_unit() units ({0, 0}: no epochs, train.epochs is
   // refused).

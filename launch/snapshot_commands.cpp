@@ -101,10 +101,12 @@ std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
 
 int run_render(SnapshotCommandOptions& o) {
   const Session run = restore(o);
-  const auto* scene = dynamic_cast<const data::SceneReader*>(run.dataset.get());
-  if (!scene)
+  const data::SceneReader* scene = run.dataset->as_scene();
+  ViewRenderer* renderer = run.family->view_renderer();
+  if (!scene || !renderer)
     throw UserError(run.config.data.path + ": model '" + run.config.model.name + "' trains on " +
-                    run.dataset->summary() + ", not on camera views: there is nothing to render");
+                    run.dataset->summary() + ", not on camera views: there is nothing to render " +
+                    "(`tessera eval` scores it)");
   std::vector<std::pair<std::string, data::Camera>> views;
   if (o.orbit > 0) {
     const auto cameras = orbit_cameras(*scene, o.orbit);
@@ -126,7 +128,7 @@ int run_render(SnapshotCommandOptions& o) {
   if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
   if (run.comm->rank() == 0) std::filesystem::create_directories(o.out);
   for (size_t i = 0; i < views.size(); ++i) {
-    const torch::Tensor image = run.family->render_camera(views[i].second, run.step);
+    const torch::Tensor image = renderer->render_camera(views[i].second, run.step);
     if (run.comm->rank() != 0) continue;
     const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
     data::write_png((std::filesystem::path(o.out) / views[i].first).string(), png);
@@ -145,9 +147,13 @@ int run_sample(SnapshotCommandOptions& o) {
     throw UserError("--out " + o.out + " already holds samples (sample-0000.ply); choose another "
                     "folder or remove them");
   const Session run = restore(o);
+  SampleWriter* writer = run.family->sample_writer();
+  if (!writer)
+    throw UserError("model '" + run.config.model.name + "' is not a generative model: it has no "
+                    "samples to draw (`tessera sample` takes a snapshot of a generative model)");
   if (run.comm->rank() == 0) fs::create_directories(o.out);
   o.sample.out_dir = o.out;
-  const std::string line = run.family->write_samples(o.sample);
+  const std::string line = writer->write_samples(o.sample);
   if (run.comm->rank() == 0) std::cerr << line << "\n";
   return kExitOk;
 }

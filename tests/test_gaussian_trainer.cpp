@@ -720,9 +720,6 @@ class PoisonOneRank : public ModelFamily {
                       const ImageSink& on_image) override {
     return inner_.evaluate(step, views, on_image);
   }
-  torch::Tensor render_camera(const data::Camera& camera, int64_t step) override {
-    return inner_.render_camera(camera, step);
-  }
   void save_state(SnapshotWriter& writer) override { inner_.save_state(writer); }
   void load_state(const SnapshotReader& reader) override { inner_.load_state(reader); }
   int64_t local_nonfinite_ = 0;  // of the last gradients() call on this rank

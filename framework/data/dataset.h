@@ -13,6 +13,11 @@
 
 namespace tessera::data {
 
+class SceneReader;
+namespace shapes {
+class ShapesReader;
+}  // namespace shapes
+
 enum class Split : uint8_t { Train = 0, Val = 1, Test = 2 };
 
 // One line of `tessera info`: a label ("cameras:") and its value.
@@ -34,6 +39,9 @@ class Dataset {
   // holds, one labelled line each.
   virtual std::string format_version() const = 0;
   virtual std::vector<InfoLine> describe() const = 0;
+  // The dataset as its concrete kind, or nullptr when it is another kind.
+  virtual const SceneReader* as_scene() const { return nullptr; }
+  virtual const shapes::ShapesReader* as_shapes() const { return nullptr; }
 };
 
 // Any Tessera dataset, by its root attribute 'format': a scene (SceneReader, docs/formats.md) or

@@ -113,6 +113,7 @@ class SceneReader : public Dataset {
   // Source, file size, cameras per split, image sizes, intrinsics, distortion, bounds, extent,
   // normalization, near/far, background, alpha, points.
   std::vector<InfoLine> describe() const override;
+  const SceneReader* as_scene() const override { return this; }
 
  private:
   struct Impl;

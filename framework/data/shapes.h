@@ -136,6 +136,7 @@ class ShapesReader : public Dataset {
   std::string format_version() const override;
   // Source, file size, shapes per split, points per shape, shapes per kind.
   std::vector<InfoLine> describe() const override;
+  const ShapesReader* as_shapes() const override { return this; }
 
  private:
   struct Impl;

@@ -45,7 +45,7 @@ torch::Generator generator(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t
 }
 
 const data::shapes::ShapesReader& shapes_of(const FamilyContext& c) {
-  const auto* shapes = dynamic_cast<const data::shapes::ShapesReader*>(&c.dataset);
+  const data::shapes::ShapesReader* shapes = c.dataset.as_shapes();
   if (!shapes) throw std::logic_error("point-diffusion: the dataset is not a tessera-shapes file");
   return *shapes;
 }
@@ -360,11 +360,6 @@ std::string DiffusionFamily::write_samples(const SampleRequest& request) {
                 static_cast<long long>(steps), static_cast<long long>(options_.tokens),
                 request.out_dir.c_str(), seconds);
   return line;
-}
-
-torch::Tensor DiffusionFamily::render_camera(const data::Camera&, int64_t) {
-  throw UserError("point-diffusion renders no camera views: its snapshots hold a point-cloud "
-                  "model (`tessera eval` scores it)");
 }
 
 void DiffusionFamily::save_state(SnapshotWriter& writer) {

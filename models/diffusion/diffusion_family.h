@@ -31,7 +31,7 @@ constexpr const char* kModelName = "point-diffusion";
 constexpr int64_t kEvalLevels = 8;
 
 // Data parallel (framework/data_parallel.h): each rank denoises its share of the batch's shapes.
-class DiffusionFamily : public DataParallelFamily {
+class DiffusionFamily : public DataParallelFamily, public SampleWriter {
  public:
   explicit DiffusionFamily(const FamilyContext& context);
   ~DiffusionFamily() override;
@@ -43,7 +43,6 @@ class DiffusionFamily : public DataParallelFamily {
   // noise levels with fixed noise (a pure function of the seed), split across ranks.
   EvalScores evaluate(int64_t step, const std::vector<size_t>& items,
                       const ImageSink& on_image) override;
-  torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
   std::string describe() override;
@@ -51,6 +50,7 @@ class DiffusionFamily : public DataParallelFamily {
   // DDPM's noise) drawn from (request.seed, i) only; rank 0 writes DIR/sample-NNNN.ply (xyz,
   // rgb), each file whole or not at all.
   std::string write_samples(const SampleRequest& request) override;
+  SampleWriter* sample_writer() override { return this; }
   std::string not_learning_causes() const override;
   // An epoch: the train shapes, diffusion.batch at a time; the learning-rate schedule scales
   // with the plan; an eval costs kEvalLevels forward passes of its shapes, plus with

@@ -17,7 +17,7 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config);
 
 // The family: GaussianTrainer's step halves, eval, renders and snapshot state as the TrainingRun's hooks;
 // gaussians.ply in the run directory when a run finishes.
-class GaussianFamily : public ModelFamily {
+class GaussianFamily : public ModelFamily, public ViewRenderer {
  public:
   explicit GaussianFamily(const FamilyContext& context);
 
@@ -30,6 +30,7 @@ class GaussianFamily : public ModelFamily {
   EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
                       const ImageSink& on_image) override;
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
   std::string write_outputs(const std::string& out_dir) override;

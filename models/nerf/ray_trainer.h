@@ -48,7 +48,7 @@ struct RayTrainerOptions : RunOptions {
 // its slice of this rank's rays. Also a ready run for code that trains a Model directly (tests, `bench
 // nerf`): run(), train_step(), evaluate() and the snapshot calls go through a TrainingRun over this
 // family, built with the RayTrainerOptions on first use.
-class RayTrainer : public DataParallelFamily {
+class RayTrainer : public DataParallelFamily, public ViewRenderer {
  public:
   // Reads all train images of `scene` (uint8, kept in memory). `model` lives on `comm.device()`.
   // Every rank must construct it with the same options (collective: gradient sync layout check).
@@ -68,6 +68,7 @@ class RayTrainer : public DataParallelFamily {
   // Renders any camera (e.g. an orbit around the scene), with the scene's near/far: float32
   // [H, W, 3] on the CPU, rows split across ranks. Collective.
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
   std::string not_learning_causes() const override;
