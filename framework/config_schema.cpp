@@ -235,6 +235,12 @@ bool contains(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
+// Whether a model that declares `shared` (FamilyInfo::shared_keys) reads the framework key
+// `spec`: a key every model reads, or an opt-in key named by its dotted name or its section.
+bool declares(const std::vector<std::string>& shared, const KeySpec& spec) {
+  return !spec.declared_only || contains(shared, spec.dotted()) || contains(shared, spec.section);
+}
+
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
@@ -285,9 +291,6 @@ void add_model(const std::string& model, std::vector<std::string> shared,
       if (spec.dotted() == dotted && !family_section(spec.section)) return &spec;
     return nullptr;
   };
-  auto declared = [&](const KeySpec& spec) {
-    return !spec.declared_only || contains(shared, spec.dotted()) || contains(shared, spec.section);
-  };
   for (const std::string& entry : shared) {
     bool names_opt_in_key = false;
     for (const KeySpec& spec : the_schema().keys)
@@ -299,7 +302,8 @@ void add_model(const std::string& model, std::vector<std::string> shared,
   }
   for (const KeyChoices& entry : choices) {
     const KeySpec* spec = framework_key(entry.key);
-    if (!spec || spec->kind != ValueKind::kString || !spec->fixed_default || !declared(*spec))
+    if (!spec || spec->kind != ValueKind::kString || !spec->fixed_default ||
+        !declares(shared, *spec))
       throw std::logic_error("model '" + model + "' restricts '" + entry.key +
                              "', which is not a framework string key with a default it reads");
     if (!contains(entry.values, std::get<std::string>(*spec->fixed_default)))
@@ -340,9 +344,7 @@ bool reads(const std::string& model, const KeySpec& spec) {
     return contains(section->models, model) && (spec.models.empty() || contains(spec.models, model));
   }
   for (const Schema::Model& entry : the_schema().models)
-    if (entry.name == model)
-      return !spec.declared_only || contains(entry.shared, spec.dotted()) ||
-             contains(entry.shared, spec.section);
+    if (entry.name == model) return declares(entry.shared, spec);
   return true;
 }
 

@@ -66,8 +66,7 @@ void check_run_options(const RunOptions& options, torch::Device device) {
   if (options.steps < 0) throw UserError("train.steps must be >= 0");
   if (!(options.epochs >= 0)) throw UserError("train.epochs must be >= 0");
   if (!(options.time_budget_s >= 0)) throw UserError("train.time_budget_minutes must be >= 0");
-  if (options.eval_split != "train" && options.eval_split != "val" && options.eval_split != "test")
-    throw UserError("eval.split must be train, val or test (got \"" + options.eval_split + "\")");
+  data::parse_split(options.eval_split, "eval.split");
 }
 
 TrainingRun::TrainingRun(distributed::ProcessContext& context, distributed::Communicator& comm,

@@ -28,9 +28,7 @@ constexpr double kEarlierWindowsWeight = 0.7;
 }  // namespace
 
 std::pair<std::vector<size_t>, std::vector<size_t>> TrainingRun::eval_view_lists() const {
-  const data::Split split = options_.eval_split == "train" ? data::Split::Train
-                            : options_.eval_split == "val" ? data::Split::Val
-                                                           : data::Split::Test;
+  const data::Split split = data::parse_split(options_.eval_split, "eval.split");
   std::vector<size_t> views = dataset_.indices(split);
   if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
     views.resize(options_.eval_max_views);

@@ -4,7 +4,6 @@
 // gathered), and the benches the model families add (models/builtin.cpp).
 #include <mpi.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -47,12 +46,6 @@ double timed_on_slowest(MPI_Comm comm, Op&& op) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
   return seconds;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 int run_allreduce_bench(const AllreduceBenchOptions& options) {
@@ -103,7 +96,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& options) {
         raw.push_back(t_raw);
       }
     }
-    const double tessera_s = median(ours), raw_s = median(raw);
+    const double tessera_s = bench::median(ours), raw_s = bench::median(raw);
     const int n = context.size();
     // nccl-tests' bus bandwidth: algorithm bandwidth times 2(n-1)/n, comparable across rank counts.
     const double busbw = n > 1 ? bytes / tessera_s * 2.0 * (n - 1) / n / 1e9 : 0.0;

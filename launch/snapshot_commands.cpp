@@ -40,12 +40,6 @@ Session restore(SnapshotCommandOptions& o) {
   return restore_session(o.snapshot, o.overrides, families);
 }
 
-data::Split parse_split(const std::string& name) {
-  if (name == "train") return data::Split::Train;
-  if (name == "val") return data::Split::Val;
-  return data::Split::Test;
-}
-
 int run_eval(SnapshotCommandOptions& o) {
   const Session run = restore(o);
   const std::vector<std::string> splits =
@@ -61,7 +55,7 @@ int run_eval(SnapshotCommandOptions& o) {
   result["model"] = run.config.model.name;
   result["ranks"] = run.comm->size();
   for (const std::string& split : splits) {
-    std::vector<size_t> views = run.dataset->indices(parse_split(split));
+    std::vector<size_t> views = run.dataset->indices(data::parse_split(split, "--split"));
     if (views.empty() && o.split.empty()) continue;  // the dataset has no such split
     if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " split");
     run.run->set_eval_views(split, o.max_views);
@@ -117,7 +111,7 @@ int run_render(SnapshotCommandOptions& o) {
     }
   } else {
     const std::string split = o.split.empty() ? "test" : o.split;
-    for (size_t index : scene->indices(parse_split(split))) {
+    for (size_t index : scene->indices(data::parse_split(split, "--split"))) {
       char name[48];
       std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
       views.emplace_back(name, scene->cameras()[index]);

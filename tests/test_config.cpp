@@ -530,9 +530,10 @@ TEST(ConfigFamilies, EveryHyperparameterReachesTheFamilysOptions) {
   EXPECT_EQ(n.section<NerfConfig>().mlp.layers, 6);
   EXPECT_EQ(n.section<NerfConfig>().mlp.skip_layer, 3);
   const models::nerf::RayTrainerOptions t = models::nerf::trainer_options(n);
-  EXPECT_EQ(t.rays_per_step, 1024);
-  EXPECT_EQ(t.lr.lr, 5e-3);
-  EXPECT_FALSE(t.random_background);
+  EXPECT_EQ(t.nerf.rays_per_step, 1024);
+  EXPECT_EQ(t.nerf.lr, 5e-3);
+  EXPECT_EQ(lr_schedule_options(t.nerf, t.steps).lr, 5e-3);
+  EXPECT_EQ(t.nerf.background, "dataset");
 }
 
 TEST(ConfigFamilies, AKeyTheModelDoesNotReadIsRefusedByName) {

@@ -123,16 +123,18 @@ class NerfInvariantsTest : public testing::Test {
   static RayTrainerOptions options() {
     RayTrainerOptions o;
     o.steps = kSteps;
-    o.rays_per_step = 256;
+    o.nerf.rays_per_step = 256;
+    o.nerf.lr_schedule = "constant";
+    o.nerf.background = "dataset";
     o.seed = 5;
-    o.lr.lr = 1e-2;
+    o.nerf.lr = 1e-2;
     // Adam divides by sqrt(v), so a weight whose gradient comes from a few samples moves by ~lr
     // whatever the gradient's size: one ReLU kink crossed differently under float32
     // reassociation then changes it by O(lr) (measured: 4e-3 with eps 1e-8 or 1e-6 on nerf-mlp).
     // eps = 1e-4 bounds that amplification to lr * |dg| / eps per step, and the invariants are
     // compared one step at a time (lockstep_diff), so they measure the sharding and the
     // accumulation, not the chaos of a ReLU net (about 2e-7 relative per step here).
-    o.adam_eps = 1e-4;
+    o.nerf.adam_eps = 1e-4;
     o.log_every = 0;
     o.progress = false;
     return o;
@@ -217,7 +219,7 @@ TEST_P(NerfInvariantsByModel, NRanksEqualOneRank) {
 TEST_P(NerfInvariantsByModel, AccumulationEqualsLargeBatch) {
   auto large = make(GetParam()), accumulated = make(GetParam());
   RayTrainerOptions k4 = options();
-  k4.micro_batches = 4;
+  k4.nerf.micro_batches = 4;
   RayTrainer ta(*test::g_context, world(), *large, *scene_, options());
   RayTrainer tb(*test::g_context, world(), *accumulated, *scene_, k4);
   const double diff = lockstep_diff(tb, *accumulated, ta, *large);
@@ -310,7 +312,7 @@ TEST_F(NerfInvariantsTest, CheckpointingIsExactMlp) {
 TEST_F(NerfInvariantsTest, RateAgreementMlp) {
   RayTrainerOptions o = options();
   o.steps = 6;
-  o.rays_per_step = 2048;  // epochs of 1-2 steps over 4608 pixels, so the rate changes in 6 steps
+  o.nerf.rays_per_step = 2048;  // epochs of 1-2 steps over 4608 pixels, so the rate changes in 6 steps
   o.check_agreement = true;
   o.sampling.name = "linear";
   o.sampling.rate_max = 1.0;

@@ -111,10 +111,12 @@ class TrainerTest : public testing::Test {
   static RayTrainerOptions options() {
     RayTrainerOptions o;
     o.steps = 5;
-    o.rays_per_step = 48;
+    o.nerf.rays_per_step = 48;
+    o.nerf.lr_schedule = "constant";
+    o.nerf.background = "dataset";
     o.seed = 7;
-    o.lr.lr = 1e-2;
-    o.adam_eps = 1e-8;
+    o.nerf.lr = 1e-2;
+    o.nerf.adam_eps = 1e-8;
     o.log_every = 0;
     o.progress = false;
     return o;
@@ -299,7 +301,7 @@ TEST_F(TrainerTest, CudaTrainsAsOnTheCpu) {
   auto nccl = distributed::make_communicator(*test::g_context, "nccl", cuda);
   DirectionMlp on_gpu(cuda), on_cpu;
   RayTrainerOptions k2 = options();
-  k2.micro_batches = 2;
+  k2.nerf.micro_batches = 2;
   RayTrainer gpu(*test::g_context, *nccl, on_gpu, *scene_, k2);
   RayTrainer cpu(*test::g_context, world(), on_cpu, *scene_, k2);
   for (int64_t t = 0; t < 5; ++t) {
@@ -313,7 +315,7 @@ TEST_F(TrainerTest, CudaTrainsAsOnTheCpu) {
 
 TEST_F(TrainerTest, AccumulationEqualsLargeBatch) {
   RayTrainerOptions k4 = options();
-  k4.micro_batches = 4;
+  k4.nerf.micro_batches = 4;
   DirectionMlp a, b;
   RayTrainer ta(*test::g_context, world(), a, *scene_, options());
   RayTrainer tb(*test::g_context, world(), b, *scene_, k4);
@@ -469,8 +471,7 @@ TEST_F(TrainerTest, EpochsSetTheStepsAndTheSchedules) {
   RayTrainerOptions o = options();
   o.steps = 1000;
   o.epochs = 2.6;
-  o.lr.name = "exponential";
-  o.lr.total_steps = 1000;
+  o.nerf.lr_schedule = "exponential";
   DirectionMlp model;
   RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
   // 3 train views of 16x12 pixels, 48 rays a step: ceil(2.6 * 576 / 48) = ceil(31.2).
@@ -478,7 +479,7 @@ TEST_F(TrainerTest, EpochsSetTheStepsAndTheSchedules) {
   const TrainSummary s = trainer.run();
   EXPECT_TRUE(s.finished);
   EXPECT_EQ(s.steps, 32);
-  EXPECT_EQ(trainer.options().lr.total_steps, 32);
+  EXPECT_EQ(trainer.lr_options().total_steps, 32);
   EXPECT_EQ(trainer.options().sampling.total_steps, 32);
 }
 
@@ -491,8 +492,7 @@ struct TestClock {
 RayTrainerOptions budget_options(RayTrainerOptions o, TestClock& clock) {
   o.steps = 1000;  // the cap: far more than 100 s of 1 s steps
   o.time_budget_s = 100.0;
-  o.lr.name = "exponential";
-  o.lr.total_steps = 1000;
+  o.nerf.lr_schedule = "exponential";
   o.eval_max_views = 1;
   o.eval_train_views = 0;
   o.clock = [&clock] { return clock.now; };
@@ -518,7 +518,7 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsThatFit) {
   const TrainSummary s = trainer.run();
   EXPECT_TRUE(s.finished);
   EXPECT_EQ(s.steps, expected);
-  EXPECT_EQ(trainer.options().lr.total_steps, expected);
+  EXPECT_EQ(trainer.lr_options().total_steps, expected);
   EXPECT_LE(clock.now, 100.0);
 }
 
@@ -546,7 +546,7 @@ TEST_F(TrainerTest, TimeBudgetEndsARunWhoseStepsSlowDown) {
 RayTrainerOptions eval_heavy_budget(RayTrainerOptions o, TestClock& clock, double budget_s) {
   o = budget_options(o, clock);
   o.time_budget_s = budget_s;
-  o.rays_per_step = 6;
+  o.nerf.rays_per_step = 6;
   o.eval_train_views = 1;
   return o;
 }
@@ -614,7 +614,7 @@ TEST_F(TrainerTest, TimeBudgetResumesWithItsPlanAndItsTime) {
   tick_per_step(trainer, clock);
   trainer.load_snapshot(snapshot);
   EXPECT_EQ(trainer.run_driver().planned_steps(), planned);
-  EXPECT_EQ(trainer.options().lr.total_steps, planned);
+  EXPECT_EQ(trainer.lr_options().total_steps, planned);
   const TrainSummary s = trainer.run();
   EXPECT_TRUE(s.finished);
   EXPECT_EQ(s.steps, planned);

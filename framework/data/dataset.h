@@ -23,6 +23,9 @@ enum class Split : uint8_t { Train = 0, Val = 1, Test = 2 };
 // One line of `tessera info`: a label ("cameras:") and its value.
 using InfoLine = std::pair<std::string, std::string>;
 const char* to_string(Split split);
+// "train", "val" or "test" as a Split; UserError naming `name` and `what` (e.g. "eval.split")
+// for anything else.
+Split parse_split(const std::string& name, const std::string& what);
 
 class Dataset {
  public:

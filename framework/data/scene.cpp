@@ -47,6 +47,12 @@ const char* to_string(Split split) {
   return "unknown";
 }
 
+Split parse_split(const std::string& name, const std::string& what) {
+  for (Split split : {Split::Train, Split::Val, Split::Test})
+    if (name == to_string(split)) return split;
+  throw UserError(what + " must be train, val or test (got \"" + name + "\")");
+}
+
 void validate_camera(const Camera& camera, size_t index, const std::string& origin) {
   const std::pair<const char*, double> scalars[] = {
       {"fx", camera.fx}, {"fy", camera.fy}, {"cx", camera.cx}, {"cy", camera.cy},

@@ -241,9 +241,10 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       auto model = create_model(name, scene, device, options.seed);
       RayTrainerOptions trainer_options;
       trainer_options.steps = options.warmup + options.steps;
-      trainer_options.rays_per_step = options.train_rays;
+      trainer_options.nerf.rays_per_step = options.train_rays;
+      trainer_options.nerf.lr_schedule = "constant";  // the step's cost, not the schedule's
+      trainer_options.nerf.background = "dataset";
       trainer_options.seed = options.seed;
-      trainer_options.lr.total_steps = trainer_options.steps;
       trainer_options.sampling.total_steps = trainer_options.steps;
       trainer_options.log_every = 0;
       trainer_options.out_dir = "";

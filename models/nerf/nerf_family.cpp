@@ -44,7 +44,7 @@ void apply_checkpoint_policy(const Config& config, Model& model, RayTrainer& tra
   std::vector<SegmentInfo> segments;
   if (config.checkpoint.policy == "budget") {
     const RayBatch batch = trainer.sampler().rank_batch(0, comm.rank(), comm.size(), device);
-    const int64_t micro = batch.ray_ids.size(0) / std::max<int64_t>(trainer.options().micro_batches, 1);
+    const int64_t micro = batch.ray_ids.size(0) / std::max<int64_t>(trainer.options().nerf.micro_batches, 1);
     RayBatch rays = batch;
     rays.origins = batch.origins.narrow(0, 0, micro);
     rays.directions = batch.directions.narrow(0, 0, micro);
@@ -94,7 +94,7 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
     check_nerf_config(config.section<NerfConfig>(), config.source_path);
     // The schedules check their own combinations (e.g. rate_min <= rate_max) when built.
     const RayTrainerOptions o = trainer_options(config);
-    LrSchedule{o.lr};
+    LrSchedule{lr_schedule_options(o.nerf, o.steps)};
     SamplingSchedule{o.sampling};
   };
   info.config_sections = {nerf_config_section()};
@@ -112,18 +112,9 @@ FamilyInfo nerf_family(const std::string& name, ModelMaker make) {
 RayTrainerOptions trainer_options(const Config& config) {
   RayTrainerOptions o;
   static_cast<RunOptions&>(o) = run_options(config);
-  const NerfConfig& nerf = config.section<NerfConfig>();
-  o.rays_per_step = nerf.rays_per_step;
-  o.micro_batches = nerf.micro_batches;
-  o.lr.name = nerf.lr_schedule;
-  o.lr.lr = nerf.lr;
-  o.lr.final_lr = nerf.final_lr;
-  o.lr.total_steps = config.train.steps;
-  o.lr.warmup_steps = nerf.warmup_steps;
+  o.nerf = config.section<NerfConfig>();
   o.sampling = sampling_options(config);
   o.rescale_lr = config.sampling.rescale_lr;
-  o.adam_eps = nerf.adam_eps;
-  o.random_background = nerf.background == "random";
   constexpr double kMiB = 1024.0 * 1024.0;
   o.grad_sync.first_bucket_bytes = static_cast<int64_t>(config.distributed.first_bucket_mib * kMiB);
   o.grad_sync.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mib * kMiB);

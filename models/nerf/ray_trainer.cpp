@@ -38,27 +38,28 @@ RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Commun
                        Model& model, const data::SceneReader& scene, RayTrainerOptions options)
     : DataParallelFamily(context, comm, device_of(model, comm)), context_(context), comm_(comm),
       model_(model), scene_(scene), options_(std::move(options)), device_(device_of(model, comm)),
-      lr_(options_.lr), sampling_(options_.sampling) {
+      lr_options_(lr_schedule_options(options_.nerf, options_.steps)), lr_(lr_options_),
+      sampling_(options_.sampling) {
   check_run_options(options_, device_);
-  if (options_.micro_batches < 1) throw UserError("nerf.micro_batches must be >= 1");
-  const int64_t per_rank = options_.rays_per_step / comm_.size();
-  if (per_rank < options_.micro_batches)
-    throw UserError("nerf.rays_per_step (" + std::to_string(options_.rays_per_step) +
+  if (options_.nerf.micro_batches < 1) throw UserError("nerf.micro_batches must be >= 1");
+  const int64_t per_rank = options_.nerf.rays_per_step / comm_.size();
+  if (per_rank < options_.nerf.micro_batches)
+    throw UserError("nerf.rays_per_step (" + std::to_string(options_.nerf.rays_per_step) +
                     ") gives fewer rays per rank than nerf.micro_batches (" +
-                    std::to_string(options_.micro_batches) + "); raise rays_per_step");
+                    std::to_string(options_.nerf.micro_batches) + "); raise rays_per_step");
   if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
 
   std::vector<std::vector<torch::Tensor>> groups;
   for (const ParamGroup& g : model_.parameter_groups()) groups.push_back(g.params);
   init_optimizer(groups,
-                 torch::optim::AdamOptions(options_.lr.lr)
+                 torch::optim::AdamOptions(options_.nerf.lr)
                      .betas({options_.adam_beta1, options_.adam_beta2})
-                     .eps(options_.adam_eps),
-                 options_.grad_sync, options_.micro_batches);
+                     .eps(options_.nerf.adam_eps),
+                 options_.grad_sync, options_.nerf.micro_batches);
   RaySamplerOptions so;
-  so.rays_per_step = options_.rays_per_step;
+  so.rays_per_step = options_.nerf.rays_per_step;
   so.seed = options_.seed;
-  so.random_background = options_.random_background;
+  so.random_background = options_.nerf.background == "random";
   sampler_ = std::make_unique<RaySampler>(
       scene_, so, [this](int64_t step) { return sampling_.at(step); });
 }
@@ -78,14 +79,14 @@ double pixels(const data::SceneReader& scene, const std::vector<size_t>& views) 
 
 EpochSize RayTrainer::epoch_size() const {
   return {pixels(scene_, scene_.indices(data::Split::Train)),
-          static_cast<double>(options_.rays_per_step)};
+          static_cast<double>(options_.nerf.rays_per_step)};
 }
 
 void RayTrainer::set_total_steps(int64_t steps) {
   options_.steps = steps;
-  options_.lr.total_steps = std::max<int64_t>(1, steps);
-  options_.lr.warmup_steps = std::min(options_.lr.warmup_steps, options_.lr.total_steps);
-  lr_ = LrSchedule(options_.lr);
+  lr_options_.total_steps = std::max<int64_t>(1, steps);
+  lr_options_.warmup_steps = std::min(lr_options_.warmup_steps, lr_options_.total_steps);
+  lr_ = LrSchedule(lr_options_);
   options_.sampling.total_steps = std::max<int64_t>(1, steps);
   sampling_ = SamplingSchedule(options_.sampling);
 }
@@ -94,7 +95,7 @@ double RayTrainer::eval_cost(const std::vector<size_t>& views) const {
   // A render ray at a training ray's time: without backward, but with every sample of a fully
   // marched ray (measured on a 302x403 capture: 0.58 of a training ray's time). Forecasting
   // less, a run overran its budget by the difference.
-  return pixels(scene_, views) / static_cast<double>(options_.rays_per_step);
+  return pixels(scene_, views) / static_cast<double>(options_.nerf.rays_per_step);
 }
 
 TrainingRun& RayTrainer::run_driver() {
@@ -140,10 +141,10 @@ DataParallelFamily::MicroBatchLoss RayTrainer::micro_batch_loss(const StepContro
     sq = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum();
     if (out.regularization.defined())
       loss.extra = out.regularization.to(torch::kFloat32) /
-                   static_cast<double>(options_.rays_per_step);
+                   static_cast<double>(options_.nerf.rays_per_step);
   }
   // The global mean squared error over the step's rays and channels: this rank's share.
-  loss.loss = sq / (3.0 * static_cast<double>(options_.rays_per_step));
+  loss.loss = sq / (3.0 * static_cast<double>(options_.nerf.rays_per_step));
   return loss;
 }
 
@@ -153,7 +154,7 @@ void RayTrainer::end_step(StepRecord& record) {
       local > 0 ? static_cast<double>(samples_) / static_cast<double>(local) : 0.0;
   const double rendered_per_ray =
       local > 0 ? static_cast<double>(rendered_) / static_cast<double>(local) : 0.0;
-  record.work = static_cast<double>(options_.rays_per_step);
+  record.work = static_cast<double>(options_.nerf.rays_per_step);
   const double psnr = record.loss > 0 ? -10.0 * std::log10(record.loss) : 99.0;
   record.fields = {{"psnr", psnr},
                    {"lr", step_lr_},

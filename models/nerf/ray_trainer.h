@@ -22,24 +22,23 @@
 #include "framework/loss_scaler.h"
 #include "framework/run.h"
 #include "framework/schedule.h"
+#include "models/nerf/nerf_config.h"
 #include "models/nerf/ray_model.h"
 #include "models/nerf/ray_sampler.h"
 
 namespace tessera::models::nerf {
 
-// The ray family's options: the run's (steps, seed, precision, cadence, snapshots, ...) and its
-// own. Model options are the Model's; activation checkpointing is set on the Model.
+// The ray family's options: the run's (steps, seed, precision, cadence, snapshots, ...), the
+// [nerf] section as it is (NerfConfig: the ray batch, the learning-rate schedule, Adam's eps,
+// the background; the model sizes in it are the Model's), the [sampling] schedule and the
+// gradient buckets. Model options are the Model's; activation checkpointing is set on the Model.
 struct RayTrainerOptions : RunOptions {
-  int64_t rays_per_step = 4096;   // global batch R, split across ranks and micro-batches
-  int64_t micro_batches = 1;      // K: gradient accumulation steps per optimizer step
-  LrScheduleOptions lr;
+  NerfConfig nerf;
   SamplingScheduleOptions sampling;
   bool rescale_lr = false;        // lr *= sqrt(rate / rate_max) (schedule.h lr_rescale)
   double adam_beta1 = 0.9;        // instant-ngp's Adam settings
   double adam_beta2 = 0.99;
-  double adam_eps = 1e-15;
   int64_t eval_chunk_rays = 16384;  // rays per render call during eval
-  bool random_background = false;   // random training backgrounds (RaySamplerOptions)
   distributed::GradientSyncOptions grad_sync;
 };
 
@@ -103,6 +102,8 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
 
   RaySampler& sampler() { return *sampler_; }
   const RayTrainerOptions& options() const { return options_; }
+  // The learning-rate schedule's options: [nerf]'s, over the steps of the current plan.
+  const LrScheduleOptions& lr_options() const { return lr_options_; }
   Model& model() { return model_; }
 
  protected:
@@ -123,6 +124,7 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   RayTrainerOptions options_;
   torch::Device device_;
   std::unique_ptr<RaySampler> sampler_;
+  LrScheduleOptions lr_options_;
   LrSchedule lr_;
   SamplingSchedule sampling_;
   std::unique_ptr<TrainingRun> run_;  // run_driver()
