@@ -153,8 +153,8 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
       char name[64];
       std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
                     static_cast<long long>(step), view);
-      const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
-      data::write_png((std::filesystem::path(options_.out_dir) / "renders" / name).string(), png);
+      data::write_png_unit((std::filesystem::path(options_.out_dir) / "renders" / name).string(),
+                           image);
     };
   }
   EvalScores scores = family_.evaluate(step, views, sink);

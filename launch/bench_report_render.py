@@ -454,9 +454,10 @@ def section_diffusion(raw, cmds, plots, doc_dir):
     if any(c["rc"] == "absent" for c in labels):
         out.append("Skipped: this build has no `tessera bench diffusion`.")
         return "\n".join(out)
-    out += ["One training step of the point-diffusion denoiser (forward, DDPM loss, backward, Adam) "
-            "on random clouds under each `checkpoint.policy`, on one rank; the policies interleaved "
-            "step by step. Peak = the counting CPU allocator's (or the CUDA caching allocator's) "
+    out += ["One training step of the point-diffusion family as a run takes it "
+            "(`TrainingRun::train_step`: forward, DDPM loss, backward, gradient allreduce, Adam) on "
+            "synthetic shapes under each `checkpoint.policy`, on one rank; one model, the policies "
+            "interleaved step by step. Peak = the counting CPU allocator's (or the CUDA caching allocator's) "
             "peak during a step: parameters, Adam state, gradients and activations; step = that "
             "peak above what was allocated before the step; stored = what the forward keeps for "
             "backward (a dry forward). Time = median of the timed steps. Ratios against policy "

@@ -1,15 +1,13 @@
 // `tessera eval SNAPSHOT` (the family's scores per split, one JSON object), `tessera render
 // SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit) and `tessera sample SNAPSHOT
 // --out DIR` (a generative family's samples), for every model family, on any number of ranks.
-#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
-#include "framework/data/image_io.h"
-#include "framework/data/synth.h"
 #include "framework/session.h"
+#include "framework/session_tasks.h"
 #include "launch/commands.h"
 #include "models/builtin.h"
 
@@ -42,9 +40,7 @@ Session restore(SnapshotCommandOptions& o) {
 
 int run_eval(SnapshotCommandOptions& o) {
   const Session run = restore(o);
-  const std::vector<std::string> splits =
-      o.split.empty() ? std::vector<std::string>{"val", "test"} : std::vector<std::string>{o.split};
-  nlohmann::json result;
+  nlohmann::json result = evaluate_splits(run, o.split, o.max_views);
   if (o.ply.empty()) {
     result["snapshot"] = o.snapshot;
     result["step"] = run.step;
@@ -52,83 +48,18 @@ int run_eval(SnapshotCommandOptions& o) {
     result["ply"] = o.ply;
     result["scene"] = o.scene;
   }
-  result["model"] = run.config.model.name;
-  result["ranks"] = run.comm->size();
-  for (const std::string& split : splits) {
-    std::vector<size_t> views = run.dataset->indices(data::parse_split(split, "--split"));
-    if (views.empty() && o.split.empty()) continue;  // the dataset has no such split
-    if (views.empty()) throw UserError(run.config.data.path + " has no " + split + " split");
-    run.run->set_eval_views(split, o.max_views);
-    const EvalScores r = run.run->evaluate(run.step, /*write=*/false);
-    result["splits"][split] = r.to_json();
-  }
-  if (!result.contains("splits"))
-    throw UserError(run.config.data.path + " has neither a val nor a test split; use --split train");
   if (run.comm->rank() == 0) std::cout << result.dump() << std::endl;
   return kExitOk;
 }
 
-// N cameras on a horizontal circle around the scene box's centre, at the mean distance of the
-// dataset's cameras and their mean height, looking at the centre, with camera 0's intrinsics.
-std::vector<data::Camera> orbit_cameras(const data::SceneReader& scene, int n) {
-  const auto& b = scene.meta().scene_bounds;
-  const data::synth::Vec3 center{(b[0] + b[3]) / 2, (b[1] + b[4]) / 2, (b[2] + b[5]) / 2};
-  double radius = 0, height = 0;
-  for (const auto& c : scene.cameras()) {
-    const double dx = c.camera_to_world[3] - center.x, dy = c.camera_to_world[7] - center.y;
-    radius += std::sqrt(dx * dx + dy * dy);
-    height += c.camera_to_world[11];
-  }
-  radius /= scene.cameras().size();
-  height /= scene.cameras().size();
-  std::vector<data::Camera> cameras;
-  for (int i = 0; i < n; ++i) {
-    const double a = 2.0 * M_PI * i / n;
-    data::Camera c = scene.cameras().front();
-    c.k1 = c.k2 = c.p1 = c.p2 = 0;
-    c.camera_to_world = data::synth::look_at(
-        {center.x + radius * std::cos(a), center.y + radius * std::sin(a), height}, center);
-    cameras.push_back(c);
-  }
-  return cameras;
-}
-
 int run_render(SnapshotCommandOptions& o) {
   const Session run = restore(o);
-  const data::SceneReader* scene = run.dataset->as_scene();
-  ViewRenderer* renderer = run.family->view_renderer();
-  if (!scene || !renderer)
-    throw UserError(run.config.data.path + ": model '" + run.config.model.name + "' trains on " +
-                    run.dataset->summary() + ", not on camera views: there is nothing to render " +
-                    "(`tessera eval` scores it)");
-  std::vector<std::pair<std::string, data::Camera>> views;
-  if (o.orbit > 0) {
-    const auto cameras = orbit_cameras(*scene, o.orbit);
-    for (size_t i = 0; i < cameras.size(); ++i) {
-      char name[32];
-      std::snprintf(name, sizeof name, "orbit-%03zu.png", i);
-      views.emplace_back(name, cameras[i]);
-    }
-  } else {
-    const std::string split = o.split.empty() ? "test" : o.split;
-    for (size_t index : scene->indices(data::parse_split(split, "--split"))) {
-      char name[48];
-      std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
-      views.emplace_back(name, scene->cameras()[index]);
-    }
-    if (views.empty())
-      throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");
-  }
-  if (o.max_views >= 0 && static_cast<int>(views.size()) > o.max_views) views.resize(o.max_views);
-  if (run.comm->rank() == 0) std::filesystem::create_directories(o.out);
-  for (size_t i = 0; i < views.size(); ++i) {
-    const torch::Tensor image = renderer->render_camera(views[i].second, run.step);
-    if (run.comm->rank() != 0) continue;
-    const torch::Tensor png = (image * 255.0f).round().clamp(0, 255).to(torch::kUInt8);
-    data::write_png((std::filesystem::path(o.out) / views[i].first).string(), png);
-    std::cerr << "\rrendered " << (i + 1) << "/" << views.size() << std::flush;
-  }
-  if (run.comm->rank() == 0) std::cerr << "\n" << views.size() << " images in " << o.out << "\n";
+  RenderRequest request;
+  request.out = o.out;
+  request.split = o.split;
+  request.orbit = o.orbit;
+  request.max_views = o.max_views;
+  render_views(run, request);
   return kExitOk;
 }
 

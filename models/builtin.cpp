@@ -16,7 +16,7 @@ void register_builtin_families(FamilyRegistry& registry) {
 
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench) {
   return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench),
-          diffusion::add_diffusion_bench(bench)};
+          gaussians::add_gaussian_snapshot_bench(bench), diffusion::add_diffusion_bench(bench)};
 }
 
 }  // namespace tessera::models

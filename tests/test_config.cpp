@@ -25,6 +25,7 @@
 namespace tessera {
 namespace {
 
+using models::gaussians::GaussianConfig;
 using models::gaussians::GaussianTrainerOptions;
 using models::nerf::NerfConfig;
 
@@ -92,8 +93,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(to_toml(a_text), to_toml(b_text));
 }
 
-const GaussianTrainerOptions& gs_defaults() {
-  static const GaussianTrainerOptions kDefaults{};
+const GaussianConfig& gs_defaults() {
+  static const GaussianConfig kDefaults{};
   return kDefaults;
 }
 
@@ -152,7 +153,7 @@ TEST(ConfigParse, EveryKeyIsRead) {
   EXPECT_EQ(c.data.path, "data/lego.h5");
   EXPECT_EQ(c.model.name, "gaussians");
   EXPECT_EQ(c.train.steps, 1234);
-  const auto& g = c.section<GaussianTrainerOptions>();
+  const auto& g = c.section<GaussianConfig>();
   EXPECT_EQ(g.views_per_step, 3);
   EXPECT_EQ(g.densify.max_screen_radius, 12.5);
   EXPECT_EQ(g.rates.means_init, 3e-4);
@@ -490,7 +491,7 @@ TEST(ConfigFamilies, DefaultsAreTheOptionStructsInitializers) {
     EXPECT_EQ(n.hash.finest_resolution, models::nerf::NerfHashOptions{}.finest_resolution);
     EXPECT_EQ(n.mlp.width, models::nerf::NerfMlpOptions{}.width);
     EXPECT_EQ(n.rays_per_step, 4096);
-    const auto& g = c->section<GaussianTrainerOptions>();
+    const auto& g = c->section<GaussianConfig>();
     EXPECT_EQ(g.densify.max_screen_radius, 20.0);  // INRIA's
     EXPECT_EQ(g.densify.percent_dense, 0.01);
     EXPECT_EQ(g.rates.means_init, 1.6e-4);
@@ -652,7 +653,7 @@ TEST(ConfigFamilies, ResolvedTomlHoldsOnlyWhatTheModelReadsAndRoundTrips) {
     const Config back = parse_config(text, "resolved");  // strict: every key written is read
     expect_same(back, c);
     if (gaussians) {
-      EXPECT_EQ(back.section<GaussianTrainerOptions>().rates.quats, 2e-3);
+      EXPECT_EQ(back.section<GaussianConfig>().rates.quats, 2e-3);
     } else {
       EXPECT_EQ(back.section<NerfConfig>().mlp.samples_per_ray, c.section<NerfConfig>().mlp.samples_per_ray);
       EXPECT_EQ(back.section<NerfConfig>().hash.distortion_weight,
@@ -685,10 +686,10 @@ TEST(ConfigFamilies, StoredConfigOfAnEarlierVersionRestores) {
       "[train]\nsteps = 40\nrays_per_step = 4096\nlr = 0.01\nadam_eps = 1e-15\n"
       "[checkpoint]\nsegments = \"\"\nevery = 0\n[distributed]\nbucket_mib = 25.0\n";
   const Config g = parse_stored_config(gaussians_run, "old.h5 (stored config)");
-  EXPECT_EQ(g.section<GaussianTrainerOptions>().densify.densify_from, 7);
-  EXPECT_EQ(g.section<GaussianTrainerOptions>().views_per_step, 2);
-  EXPECT_EQ(g.section<GaussianTrainerOptions>().rates.adam_eps, 1e-15);
-  EXPECT_EQ(parse_config(to_toml(g), "resolved").section<GaussianTrainerOptions>().views_per_step, 2);
+  EXPECT_EQ(g.section<GaussianConfig>().densify.densify_from, 7);
+  EXPECT_EQ(g.section<GaussianConfig>().views_per_step, 2);
+  EXPECT_EQ(g.section<GaussianConfig>().rates.adam_eps, 1e-15);
+  EXPECT_EQ(parse_config(to_toml(g), "resolved").section<GaussianConfig>().views_per_step, 2);
   // The user's overrides on a stored config are checked as strictly as ever.
   const std::string msg = error_of([&] {
     parse_stored_config(gaussians_run, "old.h5 (stored config)", {"nerf.rays_per_step=8"});

@@ -356,25 +356,54 @@ std::vector<torch::Tensor> canonical_state(gs::GaussianTrainer& trainer,
   return out;
 }
 
-// (5) Snapshots at step 3 (before the densification at s = 5, so the resumed run densifies from
-// restored statistics) and at step 6 (after it and a rebalance), each resumed by a fresh trainer
-// and trained to step 8: at the same world size every parameter, Adam moment and id equals the
-// uninterrupted run's bitwise. A one-rank trainer (MPI_COMM_SELF: another world size when N > 1)
-// resuming the N-rank snapshot agrees within the reassociation tolerance. read_snapshot_params
-// gives the canonical set of the step the snapshot was written at.
+// A GaussianFamily trained by the framework's TrainingRun, as `tessera train` runs it;
+// snapshots in `out_dir` ("" = none written).
+struct GaussianRun {
+  gs::GaussianFamily family;
+  TrainingRun run;
+  GaussianRun(distributed::Communicator& comm, const data::SceneReader& scene,
+              const gs::GaussianTrainerOptions& o, int64_t steps, const std::string& out_dir = "",
+              bool parallel = true)
+      : family(comm, scene, o), run(*test::g_context, comm, family, scene,
+                                    run_options(o, steps, out_dir, parallel)) {}
+  static RunOptions run_options(const gs::GaussianTrainerOptions& o, int64_t steps,
+                                const std::string& out_dir, bool parallel) {
+    RunOptions r;
+    r.steps = steps;
+    r.seed = o.seed;
+    r.out_dir = out_dir;
+    r.progress = false;
+    r.not_learning_steps = 0;
+    r.snapshot_parallel = parallel;
+    r.snapshot_keep = 0;
+    return r;
+  }
+  gs::GaussianTrainer& trainer() { return family.trainer(); }
+};
+
+// (5) Snapshots (the TrainingRun's, the family's state in them) at step 3 (before the
+// densification at s = 5, so the resumed run densifies from restored statistics) and at step 6
+// (after it and a rebalance; written gathered, not in parallel), each resumed by a fresh run and
+// trained to step 8: at the same world size every parameter, Adam moment and id equals the
+// uninterrupted run's bitwise. A one-rank run (MPI_COMM_SELF: another world size when N > 1)
+// resuming the N-rank snapshot agrees within the reassociation tolerance.
+// read_snapshot_params gives the canonical set of the step the snapshot was written at.
 TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
-  const std::string early = dir_ + "/resume-step3.h5", late = dir_ + "/resume-step6.h5";
   constexpr int64_t kEnd = 8;
-  gs::GaussianTrainer straight(world(), *scene_, densify_options());
-  for (int64_t t = 0; t < 3; ++t) straight.step(t);
-  straight.save_snapshot(*test::g_context, early, "# test config\n");
+  GaussianRun straight(world(), *scene_, densify_options(), kEnd, dir_ + "/resume-run");
+  for (int64_t t = 0; t < 3; ++t) straight.run.train_step(t);
+  const std::string early = straight.run.save_snapshot();
   bool densified = false;
-  for (int64_t t = 3; t < 6; ++t) densified = straight.step(t).densified || densified;
+  for (int64_t t = 3; t < 6; ++t)
+    densified = straight.run.train_step(t).fields.contains("densified") || densified;
   ASSERT_TRUE(densified);
-  straight.save_snapshot(*test::g_context, late, "# test config\n", /*parallel=*/false);
-  const gs::GaussianParams at_late = straight.canonical_params();
-  for (int64_t t = 6; t < kEnd; ++t) straight.step(t);
-  const std::vector<torch::Tensor> want = canonical_state(straight, world());
+  GaussianRun gathered(world(), *scene_, densify_options(), kEnd, dir_ + "/resume-run-gathered",
+                       /*parallel=*/false);
+  for (int64_t t = 0; t < 6; ++t) gathered.run.train_step(t);
+  const std::string late = gathered.run.save_snapshot();
+  const gs::GaussianParams at_late = straight.trainer().canonical_params();
+  for (int64_t t = 6; t < kEnd; ++t) straight.run.train_step(t);
+  const std::vector<torch::Tensor> want = canonical_state(straight.trainer(), world());
   const char* names[] = {"means", "m.exp_avg", "m.exp_avg_sq", "scales", "s.exp_avg",
                          "s.exp_avg_sq", "quats", "q.exp_avg", "q.exp_avg_sq", "opacities",
                          "o.exp_avg", "o.exp_avg_sq", "sh_dc", "dc.exp_avg", "dc.exp_avg_sq",
@@ -382,7 +411,7 @@ TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
 
   // The snapshot's canonical set (no MPI involved: every rank reads the file).
   int64_t step = -1;
-  const gs::GaussianParams read = gs::GaussianTrainer::read_snapshot_params(late, &step);
+  const gs::GaussianParams read = gs::read_snapshot_params(late, &step);
   EXPECT_EQ(step, 6);
   for (size_t i = 0; i < 6; ++i)
     EXPECT_TRUE(torch::equal(read.fields()[i]->detach(), *at_late.fields()[i]))
@@ -390,12 +419,13 @@ TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
 
   for (const auto& [path, from] :
        {std::make_pair(early, int64_t{3}), std::make_pair(late, int64_t{6})}) {
-    gs::GaussianTrainer resumed(world(), *scene_, densify_options());
-    EXPECT_EQ(resumed.load_snapshot(path), from);
-    EXPECT_EQ(resumed.steps_done(), from);
-    for (int64_t t = from; t < kEnd; ++t) resumed.step(t);
-    EXPECT_EQ(resumed.next_global_id(), straight.next_global_id());
-    const std::vector<torch::Tensor> got = canonical_state(resumed, world());
+    GaussianRun resumed(world(), *scene_, densify_options(), kEnd);
+    resumed.run.load_snapshot(path);
+    EXPECT_EQ(resumed.run.next_step(), from);
+    EXPECT_EQ(resumed.trainer().steps_done(), from);
+    for (int64_t t = from; t < kEnd; ++t) resumed.run.train_step(t);
+    EXPECT_EQ(resumed.trainer().next_global_id(), straight.trainer().next_global_id());
+    const std::vector<torch::Tensor> got = canonical_state(resumed.trainer(), world());
     ASSERT_EQ(got.size(), want.size());
     int differ = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -414,10 +444,11 @@ TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
 
   // Another world size: one rank resumes the N-rank snapshot of step 3.
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
-  gs::GaussianTrainer single(self, *scene_, densify_options());
-  EXPECT_EQ(single.load_snapshot(early), 3);
-  for (int64_t t = 3; t < kEnd; ++t) single.step(t);
-  const std::vector<torch::Tensor> got = canonical_state(single, self);
+  GaussianRun single(self, *scene_, densify_options(), kEnd);
+  single.run.load_snapshot(early);
+  EXPECT_EQ(single.run.next_step(), 3);
+  for (int64_t t = 3; t < kEnd; ++t) single.run.train_step(t);
+  const std::vector<torch::Tensor> got = canonical_state(single.trainer(), self);
   ASSERT_EQ(got.back().sizes(), want.back().sizes());
   EXPECT_TRUE(torch::equal(got.back(), want.back())) << "ids";
   double worst = 0;
@@ -432,12 +463,13 @@ TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
 
   // A missing snapshot: the same error on every rank, nothing changed.
   try {
-    single.load_snapshot(dir_ + "/missing.h5");
+    single.run.load_snapshot(dir_ + "/missing.h5");
     ADD_FAILURE() << "no error for a missing snapshot";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("missing.h5"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(single.steps_done(), kEnd);
+  EXPECT_EQ(single.run.next_step(), kEnd);
+  EXPECT_EQ(single.trainer().steps_done(), kEnd);
 }
 
 }  // namespace

@@ -79,6 +79,13 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
     throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
 }
 
+void write_png_unit(const std::string& path, const torch::Tensor& image) {
+  write_png(path, (image.detach().to(torch::kCPU, torch::kFloat32) * 255.0f)
+                      .round()
+                      .clamp(0, 255)
+                      .to(torch::kUInt8));
+}
+
 torch::Tensor downscale(const torch::Tensor& image, int factor) {
   if (factor < 1) throw std::invalid_argument("downscale factor must be >= 1");
   if (!image.defined() || (image.dim() != 2 && image.dim() != 3) ||

@@ -17,6 +17,9 @@ struct LoadedImage {
 LoadedImage read_image_file(const std::string& path);
 // Writes PNG; rgb uint8 [H, W, 3], alpha uint8 [H, W] or undefined. Throws on failure.
 void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha = {});
+// Writes a rendered image, float [H, W, 3] with values in [0, 1] (clamped), as an 8-bit PNG
+// (each value times 255, rounded).
+void write_png_unit(const std::string& path, const torch::Tensor& image);
 // Box-filter downscale of uint8 [H, W] or [H, W, C] by `factor` (H and W are divided, rounding
 // down; the last partial block is dropped).
 torch::Tensor downscale(const torch::Tensor& image, int factor);

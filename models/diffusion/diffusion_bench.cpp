@@ -1,11 +1,12 @@
 // `tessera bench diffusion`: memory and time of the point-diffusion training step under each
 // checkpoint policy, with ratios against policy none measured in the same run (docs/diffusion.md,
-// "Memory"). One JSON line per policy on rank 0's stdout.
+// "Memory"). The steps are the family's, taken by the framework's TrainingRun as training takes
+// them, on one model whose recompute choice changes between steps. One JSON line per policy on
+// rank 0's stdout.
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -20,6 +21,9 @@
 #include "framework/bench_util.h"
 #include "framework/log.h"
 #include "framework/memory.h"
+#include "framework/config.h"
+#include "framework/data/shapes.h"
+#include "framework/run.h"
 #include "models/diffusion/diffusion_family.h"
 #include "models/diffusion/noise_schedule.h"
 #include "models/diffusion/point_denoiser.h"
@@ -61,24 +65,26 @@ void validate(const DiffusionBenchOptions& o) {
     fail("--policies must start with none, the baseline of the ratios (got '" + o.policies + "')");
   for (const std::string& p : policies) parse_recompute_policy(p);
   if (o.budget_mib < 0) fail("--budget-mib must be >= 0");
-  if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+  if (o.dropout < 0 || o.dropout > 0.9) fail("--dropout must be in [0, 0.9] (diffusion.dropout)");
 }
 
-// One training step of the denoiser on `x0`: noise, forward under `recompute`, the DDPM loss,
-// backward and Adam.
-void train_step(const PointDenoiser& model, torch::optim::Adam& adam, const NoiseSchedule& schedule,
-                const torch::Tensor& x0, const torch::Tensor& t, const torch::Tensor& noise,
-                const Recompute& recompute, const std::string& precision, torch::Device device) {
-  adam.zero_grad(/*set_to_none=*/true);
-  torch::Tensor loss;
-  {
-    AutocastScope autocast(precision, device);
-    const torch::Tensor predicted =
-        model.forward(schedule.add_noise(x0, t, noise), t, /*training=*/true, recompute);
-    loss = (predicted.to(torch::kFloat32) - noise).pow(2).mean();
-  }
-  loss.backward();
-  adam.step();
+// The config of the bench's run: the model of the flags, `batch` shapes per rank, on `shapes`.
+Config bench_config(const DiffusionBenchOptions& o, const std::string& shapes, int ranks,
+                    int64_t steps) {
+  auto set = [](const char* key, const auto& value) {
+    std::ostringstream text;
+    text << key << "=" << value;
+    return text.str();
+  };
+  return parse_config(std::string("[model]\nname = \"") + kModelName + "\"\n", "bench diffusion",
+                      {"data.path=" + shapes, set("run.seed", o.seed), set("train.steps", steps),
+                       "train.precision=" + o.precision, set("diffusion.width", o.width),
+                       set("diffusion.depth", o.depth), set("diffusion.heads", o.heads),
+                       set("diffusion.tokens", o.tokens), set("diffusion.batch", o.batch * ranks),
+                       set("diffusion.dropout", o.dropout), "diffusion.generative_eval=false",
+                       // A step's time does not depend on its learning rate; a bench's few steps
+                       // would not fit the default warm-up.
+                       "diffusion.lr_schedule=constant", "diffusion.warmup_steps=0"});
 }
 
 struct Case {
@@ -101,18 +107,38 @@ int run_diffusion_bench(const DiffusionBenchOptions& o) {
   if (o.precision == "fp16" && !device.is_cuda())
     throw UserError("bench diffusion --precision fp16 needs CUDA (bf16 runs on the CPU too)");
 
-  DenoiserOptions d;
-  d.width = o.width;
-  d.depth = o.depth;
-  d.heads = o.heads;
-  d.dropout = o.dropout;
-  PointDenoiser model(d, o.seed, device);
-  torch::optim::Adam adam(model.parameters(), torch::optim::AdamOptions(1e-4));
-  const NoiseSchedule schedule(1000);
-  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
-  const torch::Tensor x0 = (torch::rand({o.batch, o.tokens, 6}, gen) * 2 - 1).to(device);
-  const torch::Tensor noise = torch::randn({o.batch, o.tokens, 6}, gen).to(device);
-  const torch::Tensor t = torch::randint(1000, {o.batch}, gen, torch::kInt64).to(device);
+  // A shape set for the batches (each rank writes its own), enough shapes that the train split
+  // fills a batch.
+  bench::TempDir temp("diffusion");
+  data::shapes::GenerateOptions generate;
+  generate.count = std::max<int64_t>(data::shapes::kMinCount, 2 * o.batch * context.size());
+  generate.points = std::max<int64_t>(o.tokens, data::shapes::kMinPoints);
+  generate.seed = o.seed;
+  const std::string shapes_path = (temp.path / "shapes.h5").string();
+  data::shapes::write_generated_shapes(generate, shapes_path);
+  const data::shapes::ShapesReader shapes(shapes_path);
+  const int64_t cases_count = static_cast<int64_t>(split_list(o.policies).size());
+  FamilyRegistry families;  // makes [diffusion] known to the config
+  register_diffusion_family(families);
+  const Config config =
+      bench_config(o, shapes_path, context.size(), (o.warmup + o.steps) * cases_count);
+  auto comm = distributed::make_communicator(context, "auto", device);
+  DiffusionFamily family(FamilyContext{config, context, *comm, shapes, device});
+  RunOptions run_options;
+  run_options.steps = config.train.steps;
+  run_options.seed = static_cast<uint64_t>(config.run.seed);
+  run_options.precision = o.precision;
+  run_options.progress = false;
+  run_options.not_learning_steps = 0;
+  TrainingRun run(context, *comm, family, shapes, run_options);
+  const PointDenoiser& model = family.model();
+  int64_t step = 0;
+  // One training step as a run takes it (the family's forward and backward with the DDPM loss,
+  // the gradient allreduce, the agreed non-finite check and Adam) under `recompute`.
+  auto train_step = [&](const Recompute& recompute) {
+    family.set_recompute(recompute);
+    run.train_step(step++);
+  };
   bench::progress(rank, "diffusion",
                   "%lld parameters (width %lld, depth %lld, heads %lld), %lld shapes x %lld "
                   "tokens per rank, %s on %s, %d CPU threads per rank",
@@ -120,9 +146,8 @@ int run_diffusion_bench(const DiffusionBenchOptions& o) {
                   static_cast<long long>(o.depth), static_cast<long long>(o.heads),
                   static_cast<long long>(o.batch), static_cast<long long>(o.tokens),
                   o.precision.c_str(), device.str().c_str(), threads);
-
   std::vector<Case> cases;
-  const SegmentInfo block = measure_block(model, o.batch, o.tokens, o.precision, device);
+  const SegmentInfo block = family.measure_block(o.precision);
   for (const std::string& policy : split_list(o.policies)) {
     Case c;
     c.policy = policy;
@@ -144,14 +169,15 @@ int run_diffusion_bench(const DiffusionBenchOptions& o) {
       }
     }
     for (const bool b : c.recompute.blocks) c.recomputed_blocks += b ? 1 : 0;
-    c.stored_bytes = measure_forward(model, o.batch, o.tokens, 1000, c.recompute, o.precision, device);
+    family.set_recompute(c.recompute);
+    c.stored_bytes = family.measure_activation_bytes(o.precision);
     cases.push_back(std::move(c));
   }
   // Adam's state exists from the first step on: warm up first, then interleave the policies so
   // that drift of the machine's speed hits them alike.
   for (int64_t w = 0; w < o.warmup; ++w)
     for (Case& c : cases) {
-      train_step(model, adam, schedule, x0, t, noise, c.recompute, o.precision, device);
+      train_step(c.recompute);
       bench::progress(rank, "diffusion", "warm-up %lld, %s", static_cast<long long>(w + 1),
                       c.policy.c_str());
     }
@@ -162,7 +188,7 @@ int run_diffusion_bench(const DiffusionBenchOptions& o) {
       const int64_t before = memory_stats(device).current_bytes;
       reset_peak(device);
       const auto start = std::chrono::steady_clock::now();
-      train_step(model, adam, schedule, x0, t, noise, c.recompute, o.precision, device);
+      train_step(c.recompute);
       bench::sync(device);
       const double seconds = bench::max_over_ranks(
           context.world(),
@@ -212,8 +238,9 @@ bench::BenchCommand add_diffusion_bench(CLI::App& bench) {
   auto o = std::make_shared<DiffusionBenchOptions>();
   CLI::App* sub = bench.add_subcommand(
       "diffusion",
-      "Memory and time of a point-diffusion training step (forward, DDPM loss, backward, Adam) "
-      "under each checkpoint policy, on random clouds, each rank on its own batch. One JSON line "
+      "Memory and time of a point-diffusion training step (forward, DDPM loss, backward, "
+      "gradient allreduce, Adam: the family's step as a run takes it) under each checkpoint "
+      "policy, on synthetic shapes, each rank on its share of the batch. One JSON line "
       "per policy on rank 0's stdout: policy, tokens, width, depth, heads, batch, "
       "recomputed_blocks, step_s (median of the timed steps, slowest rank), peak_bytes (the "
       "allocator's peak during a step: parameters, Adam state, gradients and activations), "
@@ -233,7 +260,7 @@ bench::BenchCommand add_diffusion_bench(CLI::App& bench) {
   sub->add_option("--heads", o->heads, "Attention heads (divides --width)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  sub->add_option("--batch", o->batch, "Clouds per step on each rank")
+  sub->add_option("--batch", o->batch, "Clouds per step on each rank (diffusion.batch = this x ranks)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   sub->add_option("--dropout", o->dropout,

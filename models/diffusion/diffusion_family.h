@@ -82,6 +82,8 @@ class DiffusionFamily : public DataParallelFamily, public SampleWriter {
   SegmentInfo measure_block(const std::string& precision);
   // What forward() recomputes under checkpoint.policy (for "budget", the plan over the blocks).
   const Recompute& recompute() const { return recompute_; }
+  // Replaces it (`bench diffusion` times every policy on one model, interleaved).
+  void set_recompute(const Recompute& recompute) { recompute_ = recompute; }
   // Bytes stored until backward by one micro-batch's forward under recompute(), measured on a
   // dry forward of this rank's micro-batch size (the random state is left as it was).
   int64_t measure_activation_bytes(const std::string& precision);

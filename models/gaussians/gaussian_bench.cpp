@@ -1,5 +1,6 @@
-// `tessera bench gaussians`: step time and peak memory per rank of the sharded 3DGS trainer
-// (models/gaussians/gaussian_trainer.h) at exactly --count Gaussians, one JSON line on rank 0.
+// `tessera bench gaussians`: step time and peak memory per rank of the sharded 3DGS family at
+// exactly --count Gaussians, its steps taken by the framework's TrainingRun as in training, one
+// JSON line on rank 0.
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "framework/data/synth.h"
 #include "framework/log.h"
 #include "framework/memory.h"
+#include "framework/run.h"
 #include "framework/bench_util.h"
 #include "models/gaussians/gaussian_family.h"
 #include "models/gaussians/gaussian_trainer.h"
@@ -115,7 +117,8 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   else
     bench::progress(rank, "gaussians", "initializing from the points of %s", scene_path.c_str());
   const auto init_start = std::chrono::steady_clock::now();
-  gs::GaussianTrainer trainer(*comm, scene, trainer_options(options));
+  gs::GaussianFamily family(*comm, scene, trainer_options(options));
+  gs::GaussianTrainer& trainer = family.trainer();
   bench::sync(device);
   const double init_s = bench::max_over_ranks(
       world, std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count());
@@ -132,13 +135,21 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   const int64_t construction_peak = trainer.memory().peak_bytes;
   reset_peak(device);
 
+  // The steps as training takes them: TrainingRun::train_step (the family's forward and
+  // backward, the agreed non-finite check, the update), writing nothing.
+  RunOptions run_options;
+  run_options.steps = options.warmup + options.steps;
+  run_options.seed = options.seed;
+  run_options.progress = false;
+  run_options.not_learning_steps = 0;
+  TrainingRun run(context, *comm, family, scene, run_options);
   std::vector<double> times;
   std::vector<PhaseTimes> phases;
   for (int64_t t = 0; t < options.warmup + options.steps; ++t) {
     bench::sync(device);
     MPI_CHECK(MPI_Barrier(world));
     const auto start = std::chrono::steady_clock::now();
-    const gs::GaussianStepResult r = trainer.step(t);
+    const StepRecord r = run.train_step(t);
     bench::sync(device);
     const double seconds =
         bench::max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -189,7 +200,7 @@ bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
       "allocator, or the CUDA caching allocator), then steady_peak_bytes_per_rank (the same over "
       "the steps only), max_gaussians_per_rank, init_s, the settings, and phases_s (rank 0's "
       "median seconds per phase of a step: project, sh, exchange, bin, rasterize, loss, "
-      "rasterize_bwd, project_bwd, optimizer, densify). Progress on stderr.");
+      "rasterize_bwd, project_bwd, optimizer, densify, and the run's skip_check). Progress on stderr.");
   sub->add_option("--count", o->count,
                   "Gaussians in the scene (exactly; split across the ranks), drawn at random in "
                   "the scene bounds. Required without --scene; with --scene, leave it out to "

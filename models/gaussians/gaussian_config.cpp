@@ -1,9 +1,8 @@
 // The [gaussians] config section: INRIA 3DGS's hyperparameters (learning rates, densification,
 // SH schedule, loss) and Tessera's batching and resolution keys, each bound to a field of
-// GaussianTrainerOptions (defaults are the fields' initializers), with the text of docs/config.md.
+// GaussianConfig (defaults are the fields' initializers), with the text of docs/config.md.
 #include "models/gaussians/gaussian_config.h"
 
-#include "models/gaussians/gaussian_trainer.h"
 
 namespace tessera::models::gaussians {
 namespace {
@@ -13,7 +12,7 @@ using config_schema::kMaxSteps;
 
 template <typename Field>
 KeySpec gs_key(const char* name, Field field) {
-  return config_schema::section_key<GaussianTrainerOptions>(name, field);
+  return config_schema::section_key<GaussianConfig>(name, field);
 }
 
 }  // namespace
@@ -27,8 +26,8 @@ std::vector<std::string> gaussian_shared_keys() {
 
 config_schema::SectionSpec gaussian_config_section() {
   config_schema::SectionSpec section;
-  section.name = GaussianTrainerOptions::kSection;
-  section.models = {GaussianTrainerOptions::kSection};
+  section.name = GaussianConfig::kSection;
+  section.models = {GaussianConfig::kSection};
   section.doc = "3D Gaussian Splatting (docs/gaussians.md): INRIA's learning rates, "
                 "densification and SH schedule under their INRIA names where they have one, and "
                 "the view batch.";

@@ -18,7 +18,11 @@
 namespace tessera::models::gaussians {
 
 GaussianFamily::GaussianFamily(const FamilyContext& c)
-    : comm_(c.comm), trainer_(c.comm, c.scene(), gaussian_trainer_options(c.config)) {}
+    : GaussianFamily(c.comm, c.scene(), gaussian_trainer_options(c.config)) {}
+
+GaussianFamily::GaussianFamily(distributed::Communicator& comm, const data::SceneReader& scene,
+                               const GaussianTrainerOptions& options)
+    : comm_(comm), trainer_(comm, scene, options) {}
 
 std::string GaussianFamily::model_name() const { return GaussianTrainer::kSnapshotModel; }
 
@@ -134,7 +138,7 @@ std::string export_snapshot(const ExportRequest& o) {
   int64_t step = 0;
   // Reads and verifies everything before the PLY is written (atomically), so a bad snapshot
   // leaves no file behind.
-  GaussianParams params = GaussianTrainer::read_snapshot_params(o.snapshot, &step);
+  GaussianParams params = read_snapshot_params(o.snapshot, &step);
   if (!o.world) {  // back to the capture's coordinates, as the run's own gaussians.ply
     std::string scene = o.scene;
     if (scene.empty()) {
@@ -156,8 +160,8 @@ std::string export_snapshot(const ExportRequest& o) {
 }  // namespace
 
 GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
-  // [gaussians] is the options struct itself; the rest comes from the framework's sections.
-  GaussianTrainerOptions o = config.section<GaussianTrainerOptions>();
+  // [gaussians] as it is; the rest from the framework's sections this family reads.
+  GaussianTrainerOptions o{config.section<GaussianConfig>()};
   o.steps = config.train.steps;
   o.seed = static_cast<uint64_t>(config.run.seed);
   o.densify.seed = static_cast<uint64_t>(config.run.seed);
@@ -186,7 +190,7 @@ void register_gaussian_family(FamilyRegistry& registry) {
     const std::string ext = std::filesystem::path(path).extension().string();
     if (ext != ".ply" && ext != ".PLY") return {};
     // sh_degree_interval = 1: renders use the full SH degree a PLY carries (for train.steps >= 3).
-    const std::string section = GaussianTrainerOptions::kSection;
+    const std::string section = GaussianConfig::kSection;
     return {"model.name=" + std::string(GaussianTrainer::kSnapshotModel),
             section + ".init_ply=" + path, section + ".sh_degree_interval=1"};
   };

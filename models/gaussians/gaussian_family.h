@@ -20,6 +20,9 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config);
 class GaussianFamily : public ModelFamily, public ViewRenderer {
  public:
   explicit GaussianFamily(const FamilyContext& context);
+  // The same with options set in code (tests, `bench gaussians`); every rank passes the same.
+  GaussianFamily(distributed::Communicator& comm, const data::SceneReader& scene,
+                 const GaussianTrainerOptions& options);
 
   std::string model_name() const override;
   std::string work_unit() const override { return "views"; }
@@ -65,5 +68,8 @@ class GaussianFamily : public ModelFamily, public ViewRenderer {
 void register_gaussian_family(FamilyRegistry& registry);
 // `tessera bench gaussians` (gaussian_bench.cpp): step time and memory per rank at a fixed count.
 bench::BenchCommand add_gaussian_bench(CLI::App& bench);
+// `tessera bench snapshot` (gaussian_snapshot_bench.cpp): a sharded 3DGS state's snapshot write
+// and read times, parallel HDF5 vs gathered, and the seal check against a plain read.
+bench::BenchCommand add_gaussian_snapshot_bench(CLI::App& bench);
 
 }  // namespace tessera::models::gaussians

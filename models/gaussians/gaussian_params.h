@@ -34,6 +34,9 @@ constexpr double kMinInitDist2 = 1e-7;
 // The parameter groups, in their fixed order (also the order of fields() and of the optimizer).
 constexpr std::array<const char*, 6> kGroupNames = {"means",     "scales", "quats",
                                                     "opacities", "sh_dc",  "sh_rest"};
+// The trailing shape of each group's row (kGroupNames order): a row is one Gaussian, 59 floats.
+inline const std::array<std::vector<int64_t>, 6> kGroupRowShapes = {
+    std::vector<int64_t>{3}, {3}, {4}, {}, {1, 3}, {kShCoeffs - 1, 3}};
 
 // All tensors are leaves that require grad, float32, on one device, with N rows.
 struct GaussianParams {

@@ -1,5 +1,5 @@
 // Gaussian ownership: Morton codes, balanced splits, row migration, rebalancing by a distributed
-// binary search over the global (morton, global id) order, and the canonical gather.
+// binary search over the global (morton, global id) order.
 #include "models/gaussians/gaussian_sharding.h"
 
 #include <algorithm>
@@ -380,27 +380,6 @@ RebalanceReport rebalance(distributed::Communicator& comm, ShardRows& rows, cons
   if (rows.costs.defined()) rows.costs = got[next++];
   for (torch::Tensor& t : rows.tensors) t = got[next++];
   return report;
-}
-
-torch::Tensor gather_canonical(distributed::Communicator& comm, const torch::Tensor& global_ids,
-                               const torch::Tensor& tensor, int root) {
-  require(global_ids.dim() == 1 && global_ids.scalar_type() == torch::kInt64,
-          "gather_canonical: global_ids must be [n] int64");
-  require(tensor.dim() >= 1 && tensor.size(0) == global_ids.size(0),
-          "gather_canonical: tensor must have one row per global id");
-  const torch::Tensor ids = comm.allgatherv(global_ids.to(comm.device()));
-  const torch::Tensor bytes = comm.allgatherv(detail::rows_as_bytes(tensor));
-  if (root >= 0 && comm.rank() != root) return {};
-  const auto sorted = ids.sort(/*stable=*/true, 0, false);
-  const torch::Tensor& sorted_ids = std::get<0>(sorted);
-  if (sorted_ids.size(0) > 1) {
-    const int64_t duplicates =
-        (sorted_ids.narrow(0, 1, sorted_ids.size(0) - 1) ==
-         sorted_ids.narrow(0, 0, sorted_ids.size(0) - 1)).sum().item<int64_t>();
-    require(duplicates == 0, "gather_canonical: " + std::to_string(duplicates) +
-                                 " global ids appear on more than one row");
-  }
-  return detail::bytes_as_rows(bytes.index_select(0, std::get<1>(sorted)), tensor);
 }
 
 }  // namespace tessera::models::gaussians

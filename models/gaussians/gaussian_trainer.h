@@ -20,66 +20,28 @@
 #include "framework/phase_timer.h"
 #include "framework/schedule.h"
 #include "framework/snapshot.h"
-#include "kernels/tile_binning.h"
 #include "models/gaussians/densify.h"
+#include "models/gaussians/gaussian_config.h"
 #include "models/gaussians/gaussian_loss.h"
 #include "models/gaussians/gaussian_params.h"
 #include "models/gaussians/stereo_init.h"
 
 namespace tessera::models::gaussians {
 
-// How the image tiles of a step's views are split across ranks (partition_tiles' cost).
-enum class TileCostKind {
-  Intersections,  // allreduced per-tile (tile, Gaussian) intersection counts of the step's views
-  Uniform,        // every tile costs 1: an even split by tile count
-};
-
-// Every knob of the sharded training step, with its default. `t` below is the 0-based step index
-// passed to step(); s = t + 1 is the 1-based number of the step (INRIA's `iteration`) that the
-// schedules (learning rate, densification, SH degree) see.
-// Also the [gaussians] config section: its keys (models/gaussians/gaussian_config.cpp) are bound to
-// these fields, and the member initializers below (and DensifyOptions', LearningRates') are their
-// defaults.
-struct GaussianTrainerOptions {
-  static constexpr const char* kSection = "gaussians";
-  int64_t views_per_step = 1;  // train views per step (the view batch), drawn per epoch
-  int64_t steps = 30000;       // planned steps (for callers' loops; step(t) accepts any t)
-  uint64_t seed = 0;           // view order; the split samples use densify.seed
-  // Dynamic sampling: the fraction of the train views visited per epoch (batch_views). An epoch
+// The trainer's options: the [gaussians] section as it is (GaussianConfig, gaussian_config.h)
+// and what the run supplies from the framework's sections (gaussian_trainer_options in
+// gaussian_family.h binds them from a config). `t` below is the 0-based step index passed to
+// step(); s = t + 1 is the 1-based number of the step (INRIA's `iteration`) that the schedules
+// (learning rate, densification, SH degree) see.
+struct GaussianTrainerOptions : GaussianConfig {
+  int64_t steps = 30000;  // train.steps: planned steps (the schedules' length; step(t) takes any t)
+  uint64_t seed = 0;      // run.seed: the view order (init.seed and densify.seed seed the rest)
+  // [sampling]: the fraction of the train views visited per epoch (batch_views). An epoch
   // starting at step s reads rate r(s) once and visits the first ceil(r n) views of its
   // permutation; total_steps is set from `steps` when left at 1.
   SamplingScheduleOptions sampling;
-  double resolution_scale = 1.0;  // >= 1: render and compare at round(W / it) x round(H / it)
-  // Coarse to fine (nerfstudio's splatfacto): step t trains at resolution_scale *
-  // 2^max(0, num_downscales - floor(t / resolution_schedule)); 0 downscales = always full.
-  int num_downscales = 0;
-  int64_t resolution_schedule = 3000;
-  // Views of a batch rendered and backpropagated together (one exchange each); the gradients of
-  // the passes add up to the batch's. 0: from memory_budget_bytes, or all views in one pass when
-  // there is no budget. The pass size is the minimum over ranks (the passes are collective).
-  int64_t views_per_pass = 0;
-  int64_t memory_budget_bytes = -1;  // per rank, for the pass size; < 0: none
-  LearningRates rates;            // INRIA's, see gaussian_params.h
-  // Multiply every learning rate by sqrt(views_per_step) (Grendel-GS and gsplat's batch rule:
-  // the loss is the mean over the batch, so its gradient shrinks about 1/sqrt(B) in noise).
-  bool sqrt_batch_lr_scaling = true;
-  DensifyOptions densify;             // thresholds and schedule (identical on every rank)
-  InitOptions init;                   // Gaussians from the scene's points, or random
-  // Without points (and without init_ply): up to 3/4 of init.random_count from plane-sweep
-  // stereo between the train views (stereo_init.h), the rest random. false: all random.
-  bool stereo_init = true;
-  StereoOptions stereo;               // its points are set from init.random_count
-  std::string init_ply;               // when set: start from this INRIA-layout .ply instead
-  int sh_degree_interval = 1000;      // SH degree = min(max_sh_degree, s / interval) (INRIA)
-  int max_sh_degree = kMaxShDegree;
-  double ssim_weight = kDefaultSsimWeight;  // loss = (1 - w) L1 + w (1 - SSIM)
-  int64_t tile_size = kernels::kDefaultTileSize;
-  TileCostKind tile_cost = TileCostKind::Intersections;
-  // Migrate Gaussians when max/mean over ranks of the owned count exceeds this (checked every
-  // rebalance_every steps and after each densification; two small allreduces per check).
-  double rebalance_threshold = 1.2;
-  int64_t rebalance_every = 100;  // 0: only after densification
-  bool cache_targets = true;      // keep the (resized) train images in memory once read
+  // checkpoint.budget_mib with policy "budget": per rank, for the views per pass; < 0: none.
+  int64_t memory_budget_bytes = -1;
 };
 
 struct GaussianStepResult {
@@ -179,36 +141,21 @@ class GaussianTrainer {
   torch::Tensor canonical_ids(int root = -1);                   // [N] int64 ascending
   void export_ply(const std::string& path);  // rank 0 writes the canonical set
 
-  // ---- Snapshots and resume (gaussian_trainer_snapshot.cpp; layout: docs/formats.md,
-  // "Gaussian runs"). The view order, learning rates, SH degree and densify schedule are pure
-  // functions of the step, so the rows, their Adam moments and densify statistics, the ids, the
-  // next id and the step count are the whole training state.
+  // ---- Snapshot state (gaussian_trainer_snapshot.cpp; layout: docs/formats.md, "Gaussian
+  // runs"), written and read inside the TrainingRun's snapshots. The view order, learning rates,
+  // SH degree and densify schedule are pure functions of the step, so the rows, their Adam moments
+  // and densify statistics, the ids, the next id and the step count are the whole training state.
   static constexpr const char* kSnapshotModel = "gaussians";  // SnapshotMeta::model
-  // Writes the state after steps_done() steps to `path` (tessera-snapshot v2, atomic; collective
-  // over `context`, whose ranks must be comm's): every rank's rows in rank order and the per-rank
-  // row counts. `parallel`: SnapshotWriterOptions::parallel. (A TrainingRun writes its snapshots with
-  // save_state inside its own frame.)
-  void save_snapshot(distributed::ProcessContext& context, const std::string& path,
-                     const std::string& config_toml, bool parallel = true);
-  // The trainer's datasets of a snapshot, written into `writer` (collective).
+  // Every rank's rows in rank order and the per-rank row counts (collective).
   void save_state(SnapshotWriter& writer);
-  // Loads the trainer's datasets from an open snapshot whose model and dataset were checked
-  // (load_snapshot checks them): see load_snapshot. Collective.
+  // Replaces the rows, Adam state, densify statistics, ids, next id and step count by those of
+  // an open snapshot whose model and dataset the TrainingRun checked. At the writer's world size
+  // every rank gets exactly its own rows back in their order (bitwise-exact continuation); at
+  // another, an even slice of the rows, then a forced rebalance (with the Adam state). A damaged
+  // snapshot (rank 0 checks every checksum) throws UserError on every rank with the same
+  // message. Collective.
   void load_state(const SnapshotReader& reader);
-  // Replaces the rows, Adam state, densify statistics, ids, next id and step count by the
-  // snapshot's; returns its step. At the writer's world size every rank gets exactly its own rows
-  // back in their order (bitwise-exact continuation); at another, an even slice of the rows, then
-  // a forced rebalance (with the Adam state). A snapshot that is missing, damaged (rank 0 checks
-  // every checksum), of another model or dataset, or past options().steps throws UserError on
-  // every rank with the same message. Collective. (The trainer was constructed normally first;
-  // building the initial set is wasted work, acceptable at the scales tested.)
-  int64_t load_snapshot(const std::string& path);
   int64_t steps_done() const { return steps_done_; }  // steps taken = the next step to train
-  // The Gaussians of a Gaussian-run snapshot written at any world size, in canonical order
-  // (ascending global id, as canonical_params and export_ply), on the CPU; needs no MPI. Every
-  // checksum read is verified. UserError for a missing, damaged or non-Gaussian snapshot. `step`,
-  // when given, receives the snapshot's step.
-  static GaussianParams read_snapshot_params(const std::string& path, int64_t* step = nullptr);
 
   // Migrates to Morton ownership when the imbalance exceeds the threshold (or when forced),
   // carrying the Adam moments and densify statistics. Collective.
@@ -274,5 +221,11 @@ class GaussianTrainer {
   SamplingSchedule sampling_;
   mutable std::vector<ViewEpoch> epochs_;
 };
+
+// The Gaussians of a Gaussian-run snapshot written at any world size, in canonical order
+// (ascending global id, as canonical_params and export_ply), on the CPU; needs no MPI. Every
+// checksum read is verified. UserError for a missing, damaged or non-Gaussian snapshot. `step`,
+// when given, receives the snapshot's step.
+GaussianParams read_snapshot_params(const std::string& path, int64_t* step = nullptr);
 
 }  // namespace tessera::models::gaussians

@@ -10,18 +10,12 @@
 
 #include "distributed/errors.h"
 #include "framework/snapshot.h"
-#include "framework/run.h"
-#include "framework/trainer_run.h"
 #include "models/gaussians/gaussian_trainer.h"
 
 namespace tessera::models::gaussians {
 namespace {
 
 constexpr size_t kFields = 6;
-
-// The trailing shape of each field (kGroupNames order): a row is one Gaussian.
-const std::array<std::vector<int64_t>, kFields> kRowShapes = {
-    std::vector<int64_t>{3}, {3}, {4}, {}, {1, 3}, {15, 3}};
 
 // Per-Gaussian state besides the parameters and their moments (docs/formats.md).
 constexpr const char* kIds = "state/gaussian_ids";                   // [N] int64
@@ -75,7 +69,7 @@ int64_t check_layout(const SnapshotReader& reader) {
     const std::vector<int64_t> shape = need(names[i]);
     std::vector<int64_t> want{n};
     if (i < 3 * kFields) {
-      const auto& rest = kRowShapes[i < kFields ? i : (i - kFields) / 2];
+      const auto& rest = kGroupRowShapes[i < kFields ? i : (i - kFields) / 2];
       want.insert(want.end(), rest.begin(), rest.end());
     }
     if (shape != want)
@@ -122,20 +116,6 @@ std::string agreed_error(distributed::Communicator& comm, const std::string& loc
 
 }  // namespace
 
-void GaussianTrainer::save_snapshot(distributed::ProcessContext& context, const std::string& path,
-                                    const std::string& config_toml, bool parallel) {
-  SnapshotMeta meta;
-  meta.step = steps_done_;
-  meta.model = kSnapshotModel;
-  meta.config_toml = config_toml;
-  meta.dataset_fingerprint = scene_.fingerprint();
-  SnapshotWriterOptions wo;
-  wo.parallel = parallel;
-  SnapshotWriter writer(context, path, meta, wo);
-  save_state(writer);
-  writer.commit();
-}
-
 void GaussianTrainer::save_state(SnapshotWriter& writer) {
   torch::NoGradGuard no_grad;
   // Every rank's row count, so that a resume at this world size hands each rank its own rows.
@@ -175,23 +155,6 @@ void GaussianTrainer::save_state(SnapshotWriter& writer) {
   writer.write_replicated(snapshot_state("sh_degree"),
                           torch::tensor(static_cast<int64_t>(sh_degree_at(steps_done_)),
                                         torch::kInt64));
-}
-
-int64_t GaussianTrainer::load_snapshot(const std::string& path) {
-  std::string error;
-  std::unique_ptr<SnapshotReader> reader;
-  try {
-    reader = std::make_unique<SnapshotReader>(path);
-    check_snapshot_matches_run(path, reader->meta(), kSnapshotModel, scene_.fingerprint(),
-                               options_.steps);
-  } catch (const UserError& e) {
-    error = e.what();
-  }
-  // Every rank learns the outcome, so none goes on into a collective alone.
-  error = agreed_error(comm_, error);
-  if (!error.empty()) throw UserError(error);
-  load_state(*reader);
-  return steps_done_;
 }
 
 void GaussianTrainer::load_state(const SnapshotReader& reader) {
@@ -249,7 +212,7 @@ void GaussianTrainer::load_state(const SnapshotReader& reader) {
   if (!own_rows) rebalance(true);
 }
 
-GaussianParams GaussianTrainer::read_snapshot_params(const std::string& path, int64_t* step) {
+GaussianParams read_snapshot_params(const std::string& path, int64_t* step) {
   torch::NoGradGuard no_grad;
   const SnapshotReader reader(path);
   const int64_t n = check_layout(reader);

@@ -1,6 +1,7 @@
 // `tessera bench snapshot`: write and read times and file size of a snapshot holding a sharded
-// 3DGS-shaped state (59 floats per Gaussian plus two Adam moments), parallel HDF5 vs gathered,
-// and the cost of checking its seal against a plain read of the same file.
+// 3DGS state (the six groups of gaussian_params.h, 59 floats per Gaussian, plus two Adam moments),
+// parallel HDF5 vs gathered, and the cost of checking its seal against a plain read of the file.
+#include <CLI/CLI.hpp>
 #include <mpi.h>
 
 #include <algorithm>
@@ -17,9 +18,10 @@
 #include "framework/data/file_seal.h"
 #include "framework/snapshot.h"
 #include "framework/bench_util.h"
-#include "launch/commands.h"
+#include "models/gaussians/gaussian_family.h"
+#include "models/gaussians/gaussian_params.h"
 
-namespace tessera::launch {
+namespace tessera::models::gaussians {
 
 namespace {
 
@@ -28,11 +30,6 @@ struct SnapshotBenchOptions {
   std::string dir;          // where the files go ("" = a temp dir)
   int repeats = 3;
 };
-
-// The parameter tensors of a Gaussian and their trailing shapes (docs/gaussians.md).
-const std::vector<std::pair<std::string, std::vector<int64_t>>> kFields = {
-    {"means", {3}}, {"scales", {3}}, {"quats", {4}}, {"opacities", {}}, {"sh_dc", {1, 3}},
-    {"sh_rest", {15, 3}}};
 
 // Seconds to read `path` once, 4 MiB at a time, doing nothing with the bytes: the baseline of the
 // seal check, which reads the same way and hashes.
@@ -62,7 +59,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   // This rank's rows, distinct per row so that nothing compresses or repeats.
   std::vector<torch::Tensor> local;
-  for (const auto& [name, trailing] : kFields) {
+  for (const std::vector<int64_t>& trailing : kGroupRowShapes) {
     std::vector<int64_t> shape{rows};
     shape.insert(shape.end(), trailing.begin(), trailing.end());
     for (int copy = 0; copy < 3; ++copy)  // value, exp_avg, exp_avg_sq
@@ -83,7 +80,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
         wo.parallel = parallel;
         SnapshotWriter writer(context, path, meta, wo);
         size_t k = 0;
-        for (const auto& [name, trailing] : kFields) {
+        for (const char* name : kGroupNames) {
           writer.write_sharded(snapshot_param(name), local[k++]);
           writer.write_sharded(snapshot_optimizer(name, "exp_avg"), local[k++]);
           writer.write_sharded(snapshot_optimizer(name, "exp_avg_sq"), local[k++]);
@@ -99,7 +96,7 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
       t0 = std::chrono::steady_clock::now();
       {
         const SnapshotReader reader(path);
-        for (const auto& [name, trailing] : kFields) {
+        for (const char* name : kGroupNames) {
           reader.read_rows(snapshot_param(name), begin, rows);
           reader.read_rows(snapshot_optimizer(name, "exp_avg"), begin, rows);
           reader.read_rows(snapshot_optimizer(name, "exp_avg_sq"), begin, rows);
@@ -143,12 +140,11 @@ int run_snapshot_bench(const SnapshotBenchOptions& o) {
 
 }  // namespace
 
-// Adds `bench snapshot` under `bench`; returns the subcommand and how to run it.
-std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& bench) {
+bench::BenchCommand add_gaussian_snapshot_bench(CLI::App& bench) {
   auto o = std::make_shared<SnapshotBenchOptions>();
   CLI::App* sub = bench.add_subcommand(
-      "snapshot", "Snapshot write/read time and size for a sharded 3DGS-shaped state (59 floats "
-                  "per Gaussian plus two Adam moments), parallel HDF5 vs gathered to rank 0; run "
+      "snapshot", "Snapshot write/read time and size for a sharded 3DGS state (59 floats per "
+                  "Gaussian plus two Adam moments), parallel HDF5 vs gathered to rank 0; run "
                   "under mpirun -np N. One JSON line per mode: bytes, write_s and read_s (medians, "
                   "slowest rank; both include the seal), validate_s (every checksum, rank 0), "
                   "seal_s (checking the file's seal, rank 0), plain_read_s (reading the file "
@@ -166,4 +162,4 @@ std::pair<CLI::App*, std::function<int()>> add_snapshot_bench_command(CLI::App& 
   return {sub, [o] { return run_snapshot_bench(*o); }};
 }
 
-}  // namespace tessera::launch
+}  // namespace tessera::models::gaussians

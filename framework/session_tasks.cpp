@@ -1,0 +1,73 @@
+// `tessera eval` and `tessera render` on a restored run (session_tasks.h).
+#include "framework/session_tasks.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "distributed/errors.h"
+#include "framework/data/image_io.h"
+#include "framework/data/orbit.h"
+
+namespace tessera {
+
+nlohmann::json evaluate_splits(const Session& run, const std::string& split, int64_t max_views) {
+  const std::vector<std::string> splits =
+      split.empty() ? std::vector<std::string>{"val", "test"} : std::vector<std::string>{split};
+  nlohmann::json result;
+  result["model"] = run.config.model.name;
+  result["ranks"] = run.comm->size();
+  for (const std::string& name : splits) {
+    const std::vector<size_t> views = run.dataset->indices(data::parse_split(name, "--split"));
+    if (views.empty() && split.empty()) continue;  // the dataset has no such split
+    if (views.empty()) throw UserError(run.config.data.path + " has no " + name + " split");
+    run.run->set_eval_views(name, max_views);
+    result["splits"][name] = run.run->evaluate(run.step, /*write=*/false).to_json();
+  }
+  if (!result.contains("splits"))
+    throw UserError(run.config.data.path + " has neither a val nor a test split; use --split train");
+  return result;
+}
+
+int64_t render_views(const Session& run, const RenderRequest& request) {
+  const data::SceneReader* scene = run.dataset->as_scene();
+  ViewRenderer* renderer = run.family->view_renderer();
+  if (!scene || !renderer)
+    throw UserError(run.config.data.path + ": model '" + run.config.model.name + "' trains on " +
+                    run.dataset->summary() + ", not on camera views: there is nothing to render " +
+                    "(`tessera eval` scores it)");
+  std::vector<std::pair<std::string, data::Camera>> views;
+  if (request.orbit > 0) {
+    const std::vector<data::Camera> cameras = data::orbit_cameras(*scene, request.orbit);
+    for (size_t i = 0; i < cameras.size(); ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "orbit-%03zu.png", i);
+      views.emplace_back(name, cameras[i]);
+    }
+  } else {
+    const std::string split = request.split.empty() ? "test" : request.split;
+    for (size_t index : scene->indices(data::parse_split(split, "--split"))) {
+      char name[48];
+      std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
+      views.emplace_back(name, scene->cameras()[index]);
+    }
+    if (views.empty())
+      throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");
+  }
+  if (request.max_views >= 0 && static_cast<int64_t>(views.size()) > request.max_views)
+    views.resize(static_cast<size_t>(request.max_views));
+  const bool root = run.comm->rank() == 0;
+  if (root) std::filesystem::create_directories(request.out);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const torch::Tensor image = renderer->render_camera(views[i].second, run.step);
+    if (!root) continue;
+    data::write_png_unit((std::filesystem::path(request.out) / views[i].first).string(), image);
+    std::cerr << "\rrendered " << (i + 1) << "/" << views.size() << std::flush;
+  }
+  if (root) std::cerr << "\n" << views.size() << " images in " << request.out << "\n";
+  return static_cast<int64_t>(views.size());
+}
+
+}  // namespace tessera

@@ -1,0 +1,32 @@
+// What `tessera eval` and `tessera render` do with a run restored from a snapshot or imported
+// from a file (session.h), for every family: launch/ parses their flags and calls these.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "framework/session.h"
+
+namespace tessera {
+
+// The restored model's scores on `split` ("train", "val" or "test"), or with split "" on val and
+// test, those the dataset has; at most `max_views` items each (-1: all). One JSON object:
+// {"model", "ranks", "splits": {SPLIT: EvalScores::to_json()}}. UserError when the named split is
+// empty, or without a split when the dataset has neither val nor test. Collective.
+nlohmann::json evaluate_splits(const Session& run, const std::string& split, int64_t max_views);
+
+struct RenderRequest {
+  std::string out;        // folder for the PNGs (rank 0 creates it)
+  std::string split;      // "" = test; ignored with an orbit
+  int orbit = 0;          // > 0: this many views on a circle around the scene (data/orbit.h)
+  int64_t max_views = -1; // at most this many views (-1: all)
+};
+
+// Renders the views `request` names with the family's ViewRenderer; rank 0 writes
+// OUT/SPLIT-III.png (III the camera index) or OUT/orbit-NNN.png, with progress on stderr. Returns
+// the number of images. UserError when the family renders no views (e.g. a shape-set model) or
+// the split has none. Collective.
+int64_t render_views(const Session& run, const RenderRequest& request);
+
+}  // namespace tessera
