@@ -22,6 +22,19 @@ struct LrScheduleOptions {
   int64_t warmup_steps = 0;
 };
 
+// The schedule of a config section with the keys lr_schedule, lr, final_lr and warmup_steps
+// (a model family's own section) over `steps` steps.
+template <typename Section>
+LrScheduleOptions lr_schedule_options(const Section& section, int64_t steps) {
+  LrScheduleOptions lr;
+  lr.name = section.lr_schedule;
+  lr.lr = section.lr;
+  lr.final_lr = section.final_lr;
+  lr.total_steps = steps;
+  lr.warmup_steps = section.warmup_steps;
+  return lr;
+}
+
 class LrSchedule {
  public:
   // Validates the options; throws tessera::UserError naming the problem.

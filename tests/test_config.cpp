@@ -231,7 +231,7 @@ TEST(ConfigFile, DemoDiffusionConfigTrainsPointDiffusionOnTheDemoShapes) {
   EXPECT_EQ(c.model.name, "point-diffusion");
   EXPECT_EQ(c.data.path, "runs/demo_shapes.h5");
   EXPECT_EQ(c.eval.split, "test");
-  EXPECT_EQ(c.section<models::diffusion::DiffusionOptions>().sampler, "ddpm");
+  EXPECT_EQ(c.section<models::diffusion::DiffusionConfig>().sampler, "ddpm");
 }
 
 TEST(ConfigFile, NameDefaultsToFileStem) {
@@ -562,7 +562,7 @@ TEST(ConfigFamilies, AKeyTheModelDoesNotReadIsRefusedByName) {
             "nerf-hash, nerf-mlp, gaussians); remove it, or set model.name to a model that reads "
             "it");
   EXPECT_EQ(parse_config("[model]\nname = \"point-diffusion\"\n[diffusion]\nwidth = 64\n", "t")
-                .section<models::diffusion::DiffusionOptions>().width,
+                .section<models::diffusion::DiffusionConfig>().width,
             64);
   // The model an override chooses decides.
   EXPECT_NE(parse_error("[nerf]\nlr = 0.02\n", {"model.name=gaussians"})

@@ -1,4 +1,4 @@
-// The [diffusion] config section: every key bound to a DiffusionOptions field.
+// The [diffusion] config section: every key bound to a DiffusionConfig field.
 #include "models/diffusion/diffusion_config.h"
 
 #include "distributed/errors.h"
@@ -10,7 +10,7 @@ using config_schema::KeySpec;
 
 template <typename Field>
 KeySpec diffusion_key(const char* name, Field field) {
-  return config_schema::section_key<DiffusionOptions>(name, field);
+  return config_schema::section_key<DiffusionConfig>(name, field);
 }
 
 }  // namespace
@@ -24,7 +24,7 @@ std::vector<std::string> diffusion_shared_keys() {
 
 config_schema::SectionSpec diffusion_config_section() {
   config_schema::SectionSpec section;
-  section.name = DiffusionOptions::kSection;
+  section.name = DiffusionConfig::kSection;
   section.models = {"point-diffusion"};
   section.doc = "A Point-E-style transformer that denoises point clouds (docs/diffusion.md), "
                 "trained on a tessera-shapes dataset (`tessera synth --preset shapes`).";
@@ -80,7 +80,7 @@ config_schema::SectionSpec diffusion_config_section() {
   return section;
 }
 
-void check_diffusion_options(const DiffusionOptions& o, const std::string& origin) {
+void check_diffusion_options(const DiffusionConfig& o, const std::string& origin) {
   const std::string where = origin.empty() ? "" : origin + ": ";
   if (o.width % o.heads != 0)
     throw UserError(where + "diffusion.width (" + std::to_string(o.width) +

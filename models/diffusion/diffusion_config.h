@@ -11,7 +11,7 @@
 
 namespace tessera::models::diffusion {
 
-struct DiffusionOptions {
+struct DiffusionConfig {
   static constexpr const char* kSection = "diffusion";
   // The denoiser: a transformer over point tokens (Point-E), each token one point's xyz and rgb.
   int64_t width = 128;
@@ -42,6 +42,6 @@ config_schema::SectionSpec diffusion_config_section();
 std::vector<std::string> diffusion_shared_keys();
 
 // Checks across keys (width divisible by heads, ...); UserError naming the keys.
-void check_diffusion_options(const DiffusionOptions& options, const std::string& origin);
+void check_diffusion_options(const DiffusionConfig& options, const std::string& origin);
 
 }  // namespace tessera::models::diffusion

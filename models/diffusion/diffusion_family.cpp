@@ -50,30 +50,20 @@ const data::shapes::ShapesReader& shapes_of(const FamilyContext& c) {
   return *shapes;
 }
 
-LrScheduleOptions lr_options(const DiffusionOptions& o, int64_t steps) {
-  LrScheduleOptions lr;
-  lr.name = o.lr_schedule;
-  lr.lr = o.lr;
-  lr.final_lr = o.final_lr;
-  lr.total_steps = steps;
-  lr.warmup_steps = o.warmup_steps;
-  return lr;
-}
-
 }  // namespace
 
 DiffusionFamily::DiffusionFamily(const FamilyContext& c)
     : DataParallelFamily(c.process, c.comm, c.device),
       comm_(c.comm),
       shapes_(shapes_of(c)),
-      options_(c.config.section<DiffusionOptions>()),
+      options_(c.config.section<DiffusionConfig>()),
       seed_(static_cast<uint64_t>(c.config.run.seed)),
       device_(c.device),
       policy_(parse_recompute_policy(c.config.checkpoint.policy)),
       policy_name_(c.config.checkpoint.policy),
       precision_(c.config.train.precision),
       schedule_(options_.timesteps),
-      lr_(lr_options(options_, c.config.train.steps)),
+      lr_(lr_schedule_options(options_, c.config.train.steps)),
       train_(shapes_.indices(data::Split::Train)) {
   check_diffusion_options(options_, c.config.source_path);
   if (options_.tokens > shapes_.points_per_shape())
@@ -138,7 +128,7 @@ int64_t DiffusionFamily::measure_activation_bytes(const std::string& precision) 
 }
 
 void DiffusionFamily::set_total_steps(int64_t steps) {
-  LrScheduleOptions lr = lr_options(options_, std::max<int64_t>(1, steps));
+  LrScheduleOptions lr = lr_schedule_options(options_, std::max<int64_t>(1, steps));
   lr.warmup_steps = std::min(lr.warmup_steps, lr.total_steps);  // a plan shorter than warm-up
   lr_ = LrSchedule{lr};
 }
@@ -387,14 +377,14 @@ void register_diffusion_family(FamilyRegistry& registry) {
   info.name = kModelName;
   info.create = [](const FamilyContext& c) { return std::make_unique<DiffusionFamily>(c); };
   info.check_config = [](const Config& config) {
-    const DiffusionOptions& o = config.section<DiffusionOptions>();
+    const DiffusionConfig& o = config.section<DiffusionConfig>();
     check_diffusion_options(o, config.source_path);
     if (parse_recompute_policy(config.checkpoint.policy) == RecomputePolicy::Budget) {
       CheckpointPolicyOptions budget;
       budget.budget_mib = config.checkpoint.budget_mib;
       make_checkpoint_policy("budget", budget);  // checkpoint.budget_mib > 0
     }
-    LrSchedule{lr_options(o, config.train.steps)};
+    LrSchedule{lr_schedule_options(o, config.train.steps)};
   };
   info.open_dataset = [](const std::string& path) -> std::unique_ptr<data::Dataset> {
     return std::make_unique<data::shapes::ShapesReader>(path);

@@ -102,7 +102,7 @@ class DiffusionFamily : public DataParallelFamily, public SampleWriter {
 
   distributed::Communicator& comm_;
   const data::shapes::ShapesReader& shapes_;
-  DiffusionOptions options_;
+  DiffusionConfig options_;
   uint64_t seed_;
   torch::Device device_;
   RecomputePolicy policy_;

@@ -129,14 +129,4 @@ void check_nerf_config(const NerfConfig& config, const std::string& origin) {
                     ")");
 }
 
-LrScheduleOptions lr_schedule_options(const NerfConfig& nerf, int64_t steps) {
-  LrScheduleOptions lr;
-  lr.name = nerf.lr_schedule;
-  lr.lr = nerf.lr;
-  lr.final_lr = nerf.final_lr;
-  lr.total_steps = steps;
-  lr.warmup_steps = nerf.warmup_steps;
-  return lr;
-}
-
 }  // namespace tessera::models::nerf

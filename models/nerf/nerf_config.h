@@ -32,9 +32,6 @@ struct NerfConfig {
 // The [nerf] section for FamilyInfo::config_sections.
 config_schema::SectionSpec nerf_config_section();
 
-// The learning-rate schedule of `nerf` over `steps` optimizer steps.
-LrScheduleOptions lr_schedule_options(const NerfConfig& nerf, int64_t steps);
-
 // Checks across keys that their ranges cannot express; UserError naming the keys.
 void check_nerf_config(const NerfConfig& config, const std::string& origin);
 
