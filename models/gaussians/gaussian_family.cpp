@@ -161,7 +161,8 @@ std::string export_snapshot(const ExportRequest& o) {
 
 GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   // [gaussians] as it is; the rest from the framework's sections this family reads.
-  GaussianTrainerOptions o{config.section<GaussianConfig>()};
+  GaussianTrainerOptions o;
+  static_cast<GaussianConfig&>(o) = config.section<GaussianConfig>();
   o.steps = config.train.steps;
   o.seed = static_cast<uint64_t>(config.run.seed);
   o.densify.seed = static_cast<uint64_t>(config.run.seed);
