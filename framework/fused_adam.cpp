@@ -25,7 +25,10 @@ bool fusable(const torch::Tensor& p, const torch::optim::AdamOptions& o) {
 // c1 = 1 - beta1 and c2 = 1 - beta2 computed in double and rounded once, as torch does.
 void update(float* p, const float* g, float* m, float* v, int64_t n, float b1, float c1,
             float b2, float c2, float sqrt_bc2, float eps, float step_size) {
-  tessera::parallel_for(0, n, kValuesPerTask, [&](int64_t begin, int64_t end) {
+  // Everything by value: a chunk's loop then reads the scalars from registers. Captured by
+  // reference, they are loads through the closure that the stores to m, v and p might alias (the
+  // closure escapes to the OpenMP pool), which keeps GCC from vectorizing the loop.
+  tessera::parallel_for(0, n, kValuesPerTask, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float gi = g[i];
       const float mi = m[i] * b1 + gi * c1;

@@ -19,9 +19,9 @@ namespace {
 
 constexpr int64_t kCount = 100000, kGrain = 1000;
 
-// How many distinct threads ran the chunks of one loop over kCount indices on a pool of two.
-size_t threads_used() {
-  at::set_num_threads(2);
+// How many distinct threads ran the chunks of one loop over kCount indices on a pool of `pool`.
+size_t threads_used(int pool = 2) {
+  at::set_num_threads(pool);
   std::mutex mutex;
   std::set<std::thread::id> ids;
   tessera::parallel_for(0, kCount, kGrain, [&](int64_t, int64_t) {
@@ -53,6 +53,19 @@ TEST(ParallelFor, EveryIndexOnceAndTheCallerSeesTheWrites) {
   EXPECT_EQ(calls, 0);
   std::printf("chunks of one loop ran on %zu thread(s) of a pool of 2\n", threads_used());
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+// The GCC build compiles Tessera with OpenMP (CMakeLists.txt, "Threads"): a loop's chunks run on
+// torch's pool, whose size at::set_num_threads sets for torch's ops and Tessera's loops alike (one
+// OpenMP runtime, the wheel's libgomp). Without -fopenmp, ATen's header runs them on the caller.
+TEST(ParallelFor, GccBuildRunsTheChunksOnTorchsPool) {
+  const int threads = at::get_num_threads();
+  EXPECT_EQ(threads_used(2), 2u) << "Tessera's loops run serially: is -fopenmp missing?";
+  EXPECT_EQ(threads_used(1), 1u) << "at::set_num_threads(1) does not reach Tessera's loops";
+  EXPECT_EQ(threads_used(3), 3u);
+  at::set_num_threads(threads);
+}
+#endif
 
 #ifdef TESSERA_THREAD_SANITIZER
 // Chunks on two threads add to one counter without a lock: TSan must report it, or the fork and
