@@ -31,9 +31,8 @@ double timed_on_slowest(MPI_Comm comm, Op&& op) {
   MPI_CHECK(MPI_Barrier(comm));
   const auto start = std::chrono::steady_clock::now();
   op();
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return seconds;
+  return max_over_ranks(
+      comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace

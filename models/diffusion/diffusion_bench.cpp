@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -17,7 +16,6 @@
 
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
-#include "framework/autocast.h"
 #include "framework/bench_util.h"
 #include "framework/log.h"
 #include "framework/memory.h"
@@ -25,7 +23,6 @@
 #include "framework/data/shapes.h"
 #include "framework/run.h"
 #include "models/diffusion/diffusion_family.h"
-#include "models/diffusion/noise_schedule.h"
 #include "models/diffusion/point_denoiser.h"
 
 namespace tessera::models::diffusion {

@@ -59,7 +59,7 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
           std::unique_ptr<Model> model, const data::SceneReader& scene, RayTrainerOptions options);
   ~RayTrainer() override;
 
-  // ---- ModelFamily (trainer.cpp, trainer_eval.cpp, trainer_snapshot.cpp)
+  // ---- ModelFamily (ray_trainer.cpp, ray_trainer_eval.cpp, ray_trainer_snapshot.cpp)
   std::string model_name() const override { return model_.name(); }
   std::string work_unit() const override { return "rays"; }
   EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
