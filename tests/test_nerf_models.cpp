@@ -467,6 +467,85 @@ TEST(NerfConfigSection, SizesFromTheConfigBuildTheModel) {
   EXPECT_NE(parameter_count(*mlp), parameter_count(*create("nerf-mlp")));
 }
 
+// nerf.hash_max_resolution = 0: the finest level's cell is 2/3 of a pixel footprint at the
+// foreground's center, over the scene box (bounded) or the contracted cube of 4 frame half-widths
+// (unbounded).
+TEST(NerfHashResolution, FinestResolutionFollowsThePixelFootprint) {
+  ModelContext context = scene_context();  // box side 2
+  nerf::NerfHashOptions options;
+  EXPECT_EQ(options.finest_resolution, 0);
+  EXPECT_EQ(nerf::NerfHash(options, context, 0).finest_resolution(), 256);  // no cameras known
+  context.pixel_footprint = 0.01;
+  EXPECT_EQ(nerf::NerfHash(options, context, 0).finest_resolution(), 300);  // 1.5 * 2 / 0.01
+  context.pixel_footprint = 0.0203;
+  EXPECT_EQ(nerf::NerfHash(options, context, 0).finest_resolution(), 148);  // 147.8, rounded up
+  context.pixel_footprint = 1.0;  // never below the coarsest level
+  EXPECT_EQ(nerf::NerfHash(options, context, 0).finest_resolution(), options.base_resolution);
+  options.finest_resolution = 512;  // a configured value is kept
+  EXPECT_EQ(nerf::NerfHash(options, context, 0).finest_resolution(), 512);
+
+  // Unbounded: the frame's half-width is 3 (cameras out to x = 3), the grid 4 * 3 = 12 across.
+  ModelContext capture = scene_context();
+  capture.scene_extent = {-16, -16, -16, 16, 16, 16};
+  capture.camera_bounds = {-3, -1, 0, 3, 1, 1};
+  capture.pixel_footprint = 0.05;
+  nerf::NerfHash unbounded(nerf::NerfHashOptions{}, capture, 0);
+  ASSERT_TRUE(unbounded.contracted());
+  EXPECT_FLOAT_EQ(unbounded.frame_half_width(), 3.0f);
+  EXPECT_EQ(unbounded.finest_resolution(), 360);
+}
+
+// nerf.hash_coarse_to_fine: levels past the coarsest third do not touch the density before their
+// ramp reaches them, and every level does once the ramp is over.
+TEST(NerfHashResolution, CoarseToFineSwitchesTheLevelsOnOverThePlannedSteps) {
+  nerf::NerfHashOptions options;
+  options.levels = 6;
+  options.coarse_to_fine = 0.5f;
+  ModelContext context = scene_context();
+  context.pixel_footprint = 0.01;
+  nerf::NerfHash model(options, context, 3);
+  model.set_total_steps(100);  // levels 0, 1 on at step 0; all six from step 50
+  auto density_at = [&](int64_t step) {
+    torch::NoGradGuard no_grad;
+    RayBatch rays;  // a render at `step` sets the level weights the density uses
+    rays.origins = torch::tensor({{0.0f, 0.0f, -3.0f}});
+    rays.directions = torch::tensor({{0.0f, 0.0f, 1.0f}});
+    rays.near = torch::full({1}, 1.0f);
+    rays.far = torch::full({1}, 4.0f);
+    rays.background = torch::ones({1, 3});
+    rays.ray_ids = torch::zeros({1}, torch::kInt64);
+    StepContext step_context;
+    step_context.step = step;
+    step_context.training = false;
+    model.render(rays, step_context);
+    return model.density(torch::rand({256, 3}) * 1.8 - 0.9);
+  };
+  const auto table = model.parameter_groups()[0].params[0];
+  auto perturbed = [&](int level, int64_t step) {
+    torch::manual_seed(5);
+    const auto before = density_at(step);
+    const auto saved = table[level].clone();
+    {
+      torch::NoGradGuard no_grad;
+      table[level].add_(0.5);
+    }
+    torch::manual_seed(5);
+    const auto after = density_at(step);
+    {
+      torch::NoGradGuard no_grad;
+      table[level].copy_(saved);
+    }
+    return !torch::equal(before, after);
+  };
+  EXPECT_TRUE(perturbed(1, 0));    // the coarsest third is on from the start
+  EXPECT_FALSE(perturbed(2, 0));   // level 2 starts its ramp at step 0: weight 0 there
+  EXPECT_TRUE(perturbed(2, 10));   // ... and has weight 0.8 at step 10
+  EXPECT_FALSE(perturbed(5, 30));  // the finest ramps up over steps 37.5-50
+  EXPECT_TRUE(perturbed(5, 50));
+  model.set_total_steps(1000);     // a re-plan stretches the ramp
+  EXPECT_FALSE(perturbed(5, 50));
+}
+
 TEST(NerfTraining, MlpLearnsTheSphere) {
   nerf::NerfMlpOptions options;  // a smaller trunk than the default keeps the test fast
   options.layers = 4;

@@ -583,15 +583,32 @@ TEST(SynthEndToEnd, WritesADatasetTheReaderAccepts) {
       if (reader.has_alpha()) {
         EXPECT_TRUE(torch::equal(reader.read_alpha(i), view.alpha));
       }
-      EXPECT_EQ(reader.cameras()[i].camera_to_world, scene.cameras[i].camera_to_world);
+      const auto& stored = reader.cameras()[i].camera_to_world;
+      const auto& world = scene.cameras[i].camera_to_world;
+      if (!scene.as_capture) {
+        EXPECT_EQ(stored, world);
+        continue;
+      }
+      // A capture-like preset is written normalized: the same rotation, the position mapped by
+      // the recorded transform (world = capture_scale * synth + capture_offset).
+      const double scale = reader.meta().capture_scale;
+      const auto& offset = reader.meta().capture_offset;
+      for (int row = 0; row < 3; ++row) {
+        for (int col = 0; col < 3; ++col)
+          EXPECT_EQ(stored[row * 4 + col], world[row * 4 + col]) << preset << " view " << i;
+        EXPECT_NEAR(stored[row * 4 + 3], scale * world[row * 4 + 3] + offset[row], 1e-12);
+      }
     }
     ASSERT_TRUE(reader.has_points());
     const torch::Tensor xyz = reader.read_points_xyz(), prgb = reader.read_points_rgb();
     EXPECT_EQ(xyz.size(0), kSurfacePoints);
     const auto colors = prgb.to(torch::kInt32);
     EXPECT_GT((colors - colors[0]).abs().sum().item<int64_t>(), 0);
-    EXPECT_EQ(reader.meta().near, scene.meta.near);
-    EXPECT_EQ(reader.meta().far, scene.meta.far);
+    if (!scene.as_capture) {
+      EXPECT_EQ(reader.meta().near, scene.meta.near);
+      EXPECT_EQ(reader.meta().far, scene.meta.far);
+    }
+    EXPECT_EQ(reader.meta().unbounded(), scene.as_capture) << preset;
     test::remove_tree(path);
   }
 }
@@ -606,6 +623,69 @@ int run_tessera(const std::string& args, std::string* err) {
   *err = test::read_file(err_path);
   test::remove_tree(err_path);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(SynthPresets, TabletopIsTheObjectsSceneOnATableUnderADome) {
+  const SynthScene objects = build_scene({"objects", 16, 32, 24, 4});
+  const SynthScene scene = build_scene({"tabletop", 16, 32, 24, 4});
+  EXPECT_FALSE(scene.with_alpha);
+  EXPECT_TRUE(scene.as_capture);
+  EXPECT_FALSE(objects.as_capture);
+  // The same objects (then the table and the dome) and the same cameras as `objects`.
+  ASSERT_EQ(scene.shapes.size(), objects.shapes.size() + 2);
+  for (size_t i = 0; i < objects.shapes.size(); ++i) {
+    EXPECT_EQ(scene.shapes[i].frame.center.x, objects.shapes[i].frame.center.x);
+    EXPECT_EQ(scene.shapes[i].texture.color_a.y, objects.shapes[i].texture.color_a.y);
+  }
+  ASSERT_EQ(scene.cameras.size(), objects.cameras.size());
+  for (size_t i = 0; i < scene.cameras.size(); ++i)
+    EXPECT_EQ(scene.cameras[i].camera_to_world, objects.cameras[i].camera_to_world);
+  // Every ray ends on a surface, as in a photo; objects, table and dome are all seen.
+  std::set<int> shapes_seen;
+  const int table = static_cast<int>(objects.shapes.size()), dome = table + 1;
+  for (size_t i = 0; i < scene.cameras.size(); ++i) {
+    const Camera& camera = scene.cameras[i];
+    for (const Shape& s : scene.shapes) EXPECT_GT(std::abs(sdf_shape(s, {camera.camera_to_world[3],
+        camera.camera_to_world[7], camera.camera_to_world[11]})), 0.1) << "camera " << i;
+    for (int v = 0; v < camera.height; v += 2)
+      for (int u = 0; u < camera.width; u += 2) {
+        const SurfaceHit hit = trace(scene, camera_ray(camera, u + 0.5, v + 0.5));
+        ASSERT_GE(hit.shape, 0) << "camera " << i << " pixel " << u << "," << v;
+        shapes_seen.insert(hit.shape);
+      }
+  }
+  EXPECT_EQ(shapes_seen.count(table), 1u);
+  EXPECT_EQ(shapes_seen.count(dome), 1u);
+  EXPECT_GE(shapes_seen.size(), 2u + 4u);
+
+  // Written as an imported capture: cameras at the import's canonical median distance (2.6) from
+  // the origin, the foreground box [-1, 1]^3 holding the objects, an extent beyond it holding the
+  // dome's points, and the near plane close to the cameras.
+  const std::string path = temp_path("tabletop.h5");
+  write_synth_scene({"tabletop", 16, 32, 24, 4}, path);
+  SceneReader reader(path);
+  const SceneMeta& meta = reader.meta();
+  EXPECT_TRUE(meta.unbounded());
+  EXPECT_EQ(meta.scene_bounds, (std::array<double, 6>{-1, -1, -1, 1, 1, 1}));
+  std::vector<double> distances;
+  for (const Camera& camera : reader.cameras()) {
+    const auto& m = camera.camera_to_world;
+    distances.push_back(std::sqrt(m[3] * m[3] + m[7] * m[7] + m[11] * m[11]));
+  }
+  std::sort(distances.begin(), distances.end());
+  EXPECT_NEAR(distances[distances.size() / 2], 2.6, 1e-9);
+  EXPECT_LT(meta.near, 0.1);
+  const auto& b = objects.meta.scene_bounds;
+  for (int corner = 0; corner < 8; ++corner) {
+    const double world[3] = {b[(corner & 1) ? 3 : 0], b[(corner & 2) ? 4 : 1], b[(corner & 4) ? 5 : 2]};
+    for (int a = 0; a < 3; ++a)
+      EXPECT_LE(std::abs(meta.capture_scale * world[a] + meta.capture_offset[a]), 1.0) << corner;
+  }
+  const torch::Tensor xyz = reader.read_points_xyz();
+  const double reach = xyz.abs().max().item<double>();
+  EXPECT_GT(reach, 4.0);  // the dome, kDomeRadius camera distances out
+  EXPECT_LE(reach, meta.scene_extent[3]);
+  test::remove_tree(path);
 }
 
 TEST(SynthEndToEnd, BinaryWritesAFileAndRejectsUnknownPresets) {

@@ -272,6 +272,20 @@ TEST_F(TrainerTest, ModelContextHoldsTheBoxOfTheCameraCenters) {
   EXPECT_EQ(context.camera_bounds, want);
   EXPECT_LT(want[0], want[3]) << "the fixture's cameras are spread out";
   EXPECT_EQ(context.scene_bounds, scene_->meta().scene_bounds);
+  // The pixel footprint: the median over the cameras of distance to the box's center / focal.
+  const auto& b = scene_->meta().scene_bounds;
+  std::vector<double> footprints;
+  for (const data::Camera& camera : scene_->cameras()) {
+    double d2 = 0;
+    for (int a = 0; a < 3; ++a) {
+      const double d = camera.camera_to_world[4 * a + 3] - 0.5 * (b[a] + b[a + 3]);
+      d2 += d * d;
+    }
+    footprints.push_back(std::sqrt(d2 / (camera.fx * camera.fy)));
+  }
+  std::sort(footprints.begin(), footprints.end());
+  EXPECT_NEAR(context.pixel_footprint, footprints[footprints.size() / 2], 1e-12);
+  EXPECT_GT(context.pixel_footprint, 0.0);
 }
 
 TEST_F(TrainerTest, NRanksEqualOneRank) {

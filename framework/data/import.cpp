@@ -263,12 +263,7 @@ ImportedScene finish_import(ParsedSource parsed, const ImportOptions& options) {
                       "box that holds them or its near/far comes out non-finite); check the poses "
                       "and points for huge coordinates");
     apply_normalization(n, scene.cameras, scene.points_xyz);
-    meta.scene_bounds = n.bounds;
-    meta.scene_extent = n.extent;
-    meta.capture_scale = n.scale;
-    meta.capture_offset = n.offset;
-    meta.near = n.near;
-    meta.far = n.far;
+    record_normalization(n, meta);
   }
   meta.background = {1.0, 1.0, 1.0};  // white, as the NeRF-synthetic scenes are composited
   meta.source = parsed.label + ":" + absolute(parsed.path);

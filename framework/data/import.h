@@ -161,6 +161,9 @@ Normalization normalization_for(
 // Applies world = scale * capture + offset to camera centers and points (rotations unchanged).
 void apply_normalization(const Normalization& n, std::vector<Camera>& cameras,
                          torch::Tensor& points_xyz);
+// Records `n` in a scene's meta: its boxes (scene_bounds, scene_extent), near/far and the capture
+// transform (capture_scale, capture_offset).
+void record_normalization(const Normalization& n, SceneMeta& meta);
 
 // near: the smallest distance from a camera center to the box, at least 1% of far; far: the
 // largest distance from a camera center to a corner of the box.

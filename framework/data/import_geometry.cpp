@@ -285,6 +285,15 @@ void apply_normalization(const Normalization& n, std::vector<Camera>& cameras,
   }
 }
 
+void record_normalization(const Normalization& n, SceneMeta& meta) {
+  meta.scene_bounds = n.bounds;
+  meta.scene_extent = n.extent;
+  meta.capture_scale = n.scale;
+  meta.capture_offset = n.offset;
+  meta.near = n.near;
+  meta.far = n.far;
+}
+
 std::pair<double, double> near_far_from_bounds(const std::array<double, 6>& bounds,
                                                const std::vector<Camera>& cameras) {
   double near = std::numeric_limits<double>::infinity(), far = 0;

@@ -105,6 +105,10 @@ struct SynthScene {
   std::vector<Shape> shapes;
   Light light;
   bool with_alpha = false;  // objects on a background (alpha = coverage) vs. an enclosed room
+  // Written as `tessera convert` writes a photo capture: normalized into the canonical frame with
+  // the import's rule, unbounded, near/far and the capture transform recorded (write_synth_scene).
+  // The scene itself (shapes, cameras, meta's bounds) stays in synth world units.
+  bool as_capture = false;
   std::vector<Camera> cameras;
   SceneMeta meta;           // bounds, near, far, background and source
 };

@@ -1,4 +1,5 @@
-// The `tessera synth` presets: `objects` (textured primitives on white, cameras on a hemisphere)
+// The `tessera synth` presets: `objects` (textured primitives on white, cameras on a hemisphere),
+// `tabletop` (the same objects on a table under a far dome, written as a photo capture is imported)
 // and `room` (an enclosed textured room, cameras inside looking outward). Pure functions of options.
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@ constexpr double kDeg = kPi / 180.0;
 // number of views never changes the objects.
 constexpr uint64_t kStreamShapes = 1;
 constexpr uint64_t kStreamCameras = 2;
+constexpr uint64_t kStreamBackdrop = 3;
 
 // objects: primitives are placed in a disc of this radius (world units) around the origin, at
 // heights within +-kObjectsHeight, at least kObjectsGap apart (bounding spheres).
@@ -39,6 +41,13 @@ constexpr double kFramingFill = 0.95;
 constexpr double kDistanceJitter = 0.05;
 // Margin added around bounds and near/far (world units).
 constexpr double kBoundsMargin = 0.05;
+
+// tabletop: the table reaches this many camera distances from the objects' center, and its top
+// lies kTableGap below their lowest point; the dome's radius is kDomeRadius camera distances.
+constexpr double kTableReach = 2.0;
+constexpr double kTableGap = 0.02;
+constexpr double kTableThickness = 0.1;
+constexpr double kDomeRadius = 5.0;
 
 // room: the interior is [-kRoomX, kRoomX] x [-kRoomY, kRoomY] x [0, kRoomZ]; walls are slabs of
 // kWallThickness just outside it.
@@ -214,6 +223,41 @@ void build_objects(SynthScene& scene) {
   scene.meta.far = d_max + radius + kBoundsMargin;
 }
 
+// ---- tabletop -------------------------------------------------------------------------------
+
+// The objects and cameras of `objects` (same seed, same objects and poses) standing on a textured
+// table inside a textured dome, so that every ray ends on a surface: a photo capture of objects on a
+// table in a room, with no alpha. It is written as `tessera convert` imports a photo capture:
+// normalized and unbounded (write_synth_scene, SynthScene::as_capture), with the near plane close to
+// the cameras, which is where a radiance field's floaters grow (docs/synth.md).
+void build_tabletop(SynthScene& scene) {
+  build_objects(scene);
+  const auto& b = scene.meta.scene_bounds;
+  const Vec3 center{0.5 * (b[0] + b[3]), 0.5 * (b[1] + b[4]), 0.5 * (b[2] + b[5])};
+  double distance = 0;  // the mean camera distance
+  for (const Camera& camera : scene.cameras) {
+    const auto& m = camera.camera_to_world;
+    distance += length(Vec3{m[3], m[7], m[11]} - center) / static_cast<double>(scene.cameras.size());
+  }
+  Rng rng(scene.options.seed, kStreamBackdrop);
+  Shape table;
+  table.kind = ShapeKind::Box;
+  const double reach = kTableReach * distance, half = 0.5 * kTableThickness;
+  table.half_extents = {reach, reach, half};
+  table.frame.center = {center.x, center.y, b[2] + kBoundsMargin - kTableGap - half};
+  table.texture = random_texture(rng, 0.3);
+  table.texture.pattern = Pattern::Checker;
+  Shape dome;
+  dome.radius = kDomeRadius * distance;
+  dome.frame.center = center;
+  dome.texture = random_texture(rng, 0.4 * dome.radius);
+  dome.texture.pattern = Pattern::Stripes;
+  scene.shapes.push_back(table);
+  scene.shapes.push_back(dome);
+  scene.with_alpha = false;
+  scene.as_capture = true;  // bounds, extent and near/far are the import's (write_synth_scene)
+}
+
 // ---- room -----------------------------------------------------------------------------------
 
 Shape slab(const Vec3& center, const Vec3& half_extents, const Texture& texture) {
@@ -356,8 +400,8 @@ std::string distortion_text(const std::array<double, 4>& d) {
 
 using PresetBuilder = std::function<void(SynthScene&)>;
 const std::map<std::string, PresetBuilder>& presets() {
-  static const std::map<std::string, PresetBuilder> table = {{"objects", build_objects},
-                                                             {"room", build_room}};
+  static const std::map<std::string, PresetBuilder> table = {
+      {"objects", build_objects}, {"room", build_room}, {"tabletop", build_tabletop}};
   return table;
 }
 

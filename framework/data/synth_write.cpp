@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "framework/data/import.h"
 #include "framework/data/synth.h"
 
 namespace tessera::data::synth {
@@ -15,8 +16,18 @@ SynthSummary write_synth_scene(const SynthOptions& options, const std::string& p
   for (const Camera& camera : scene.cameras)
     ++summary.views_per_split[static_cast<size_t>(camera.split)];
 
-  SceneWriter writer(path, scene.meta, scene.cameras, scene.with_alpha);
-  const SurfacePoints points = sample_surface_points(scene, kSurfacePoints);
+  // The views are rendered in the scene's own units; a capture-like preset's cameras, points and
+  // boxes are written normalized, as `tessera convert` writes an imported photo capture.
+  SurfacePoints points = sample_surface_points(scene, kSurfacePoints);
+  SceneMeta meta = scene.meta;
+  std::vector<Camera> cameras = scene.cameras;
+  if (scene.as_capture) {
+    const Normalization n = normalization_for(cameras, points.xyz, std::nullopt,
+                                              /*bounded=*/false, /*normalize=*/true);
+    apply_normalization(n, cameras, points.xyz);
+    record_normalization(n, meta);
+  }
+  SceneWriter writer(path, meta, cameras, scene.with_alpha);
   writer.write_points(points.xyz, points.rgb);
   summary.points = points.xyz.size(0);
   for (size_t i = 0; i < scene.cameras.size(); ++i) {

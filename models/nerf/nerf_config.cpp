@@ -71,8 +71,12 @@ config_schema::SectionSpec nerf_config_section() {
           .range(2, 1024).only_for({kHash})
           .doc("The coarsest level's resolution N_min (instant-ngp: 16)."),
       nerf_key("hash_max_resolution", [](auto& n) -> auto& { return n.hash.finest_resolution; })
-          .range(16, 1 << 16).only_for({kHash})
-          .doc("The finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene); about 2x the image side resolves what the images show (instant-ngp: 2048). At least `hash_base_resolution`."),
+          .check("0, or 16 to 65536", [](const config_schema::Value& v) -> std::string {
+            const int64_t n = std::get<int64_t>(v);
+            return n == 0 || (n >= 16 && n <= (1 << 16)) ? "" : "0 (from the images) or 16 to 65536";
+          })
+          .only_for({kHash})
+          .doc("The finest level's resolution N_max over the scene box (the contracted cube of an unbounded scene). 0 = from the images: the finest cell is 2/3 of a pixel's footprint at the foreground's center (median over the cameras of distance / focal length); the run logs the value. Much finer grids let each training ray fit cells of its own, and new views see fog (docs/nerf.md, \"Generalizing to new views\"). instant-ngp: 2048 for 800 px images. Otherwise at least `hash_base_resolution`."),
       nerf_key("hash_hidden_width", [](auto& n) -> auto& { return n.hash.hidden_width; })
           .range(8, 1024).only_for({kHash})
           .doc("Width of the density and color MLPs' hidden layers (instant-ngp: 64)."),
@@ -91,6 +95,9 @@ config_schema::SectionSpec nerf_config_section() {
       nerf_key("near_gradient_distance", [](auto& n) -> auto& { return n.hash.near_gradient_distance; })
           .range(0.0, 100.0).only_for({kHash})
           .doc("Scales the gradients of samples nearer to their camera than this distance by (t / distance)^2, leaving the render unchanged (\"Floaters No More\", Philip and Deschaintre 2023): without it, density just in front of each camera learns fastest and paints that view there, floaters that other views see as fog. In the frame of an unbounded scene, whose [-1, 1]^3 holds the foreground and the cameras, so 1 is about a camera's distance to the scene. Unbounded scenes (real captures) only. 0 = off."),
+      nerf_key("hash_coarse_to_fine", [](auto& n) -> auto& { return n.hash.coarse_to_fine; })
+          .range(0.0, 1.0).only_for({kHash})
+          .doc("Switches the hash grid's levels on one after another over this fraction of the planned steps, from the coarsest third (BARF, Neuralangelo): the scene's shape settles on the coarse levels before the fine ones can fit each training ray on its own, which new views see as fog (docs/nerf.md, \"Generalizing to new views\"). Rescaled when a time budget re-plans the steps. 0 = every level from the start."),
       nerf_key("mlp_layers", [](auto& n) -> auto& { return n.mlp.layers; })
           .range(2, 32).only_for({kMlp})
           .doc("Layers of the trunk (the NeRF paper: 8)."),
@@ -118,7 +125,8 @@ config_schema::SectionSpec nerf_config_section() {
 
 void check_nerf_config(const NerfConfig& config, const std::string& origin) {
   const std::string where = origin.empty() ? "" : origin + ": ";
-  if (config.hash.finest_resolution < config.hash.base_resolution)
+  if (config.hash.finest_resolution != 0 &&
+      config.hash.finest_resolution < config.hash.base_resolution)
     throw UserError(where + "nerf.hash_max_resolution (" +
                     std::to_string(config.hash.finest_resolution) +
                     ") must be at least nerf.hash_base_resolution (" +

@@ -1,6 +1,8 @@
 // nerf-hash: hash encoding -> density MLP -> colour MLP, marched through the occupancy grid.
 #include "models/nerf/nerf_hash.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -29,37 +31,25 @@ torch::Tensor contract(const torch::Tensor& p) {
 
 }  // namespace
 
+int NerfHash::auto_finest_resolution() const {
+  if (!(context_.pixel_footprint > 0)) return kFallbackFinestResolution;
+  // The grid's side in world units: the contracted cube [-2, 2]^3 is 4 frame half-widths; a
+  // bounded grid spans the scene box's longest side.
+  double side = 4.0 / frame_scale_;
+  if (!contract_) {
+    const auto& b = context_.scene_bounds;
+    side = std::max({b[3] - b[0], b[4] - b[1], b[5] - b[2]});
+  }
+  const double cells = std::ceil(kCellsPerPixelFootprint * side / context_.pixel_footprint);
+  return static_cast<int>(std::clamp(cells, static_cast<double>(options_.base_resolution),
+                                     static_cast<double>(kMaxFinestResolution)));
+}
+
 NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, uint64_t seed)
     : options_(options),
       context_(context),
       grid_(options.grid, context.unbounded() ? kContractedBox : context.scene_bounds,
             context.device) {
-  encoding_.levels = options_.levels;
-  encoding_.features_per_level = options_.features_per_level;
-  encoding_.log2_hashmap_size = options_.log2_hashmap_size;
-  encoding_.base_resolution = options_.base_resolution;
-  encoding_.per_level_scale = kernels::hash_encoding_per_level_scale(
-      options_.base_resolution, options_.finest_resolution, options_.levels);
-  kernels::hash_grid_levels(encoding_);  // validates
-
-  auto gen = make_generator({seed, static_cast<uint64_t>(RandomPurpose::kInit)});
-  const int64_t table = int64_t{1} << options_.log2_hashmap_size;
-  embeddings_ = (torch::rand({options_.levels, table, options_.features_per_level}, gen,
-                             torch::TensorOptions().dtype(torch::kFloat32)) *
-                     (2.0 * options_.embedding_init) -
-                 options_.embedding_init)
-                    .to(context.device)
-                    .set_requires_grad(true);
-  const int64_t enc_width = int64_t{options_.levels} * options_.features_per_level;
-  density_layers_.push_back(make_dense(enc_width, options_.hidden_width, gen, context.device));
-  density_layers_.push_back(make_dense(options_.hidden_width, options_.geo_features, gen, context.device));
-  int64_t in = options_.geo_features + kShDegree4Width;
-  for (int i = 0; i < options_.color_hidden_layers; ++i) {
-    color_layers_.push_back(make_dense(in, options_.hidden_width, gen, context.device));
-    in = options_.hidden_width;
-  }
-  color_layers_.push_back(make_dense(in, 3, gen, context.device));
-
   const auto& b = context.scene_bounds;
   const double diag = std::sqrt((b[3] - b[0]) * (b[3] - b[0]) + (b[4] - b[1]) * (b[4] - b[1]) +
                                 (b[5] - b[2]) * (b[5] - b[2]));
@@ -90,6 +80,32 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
     for (int i = 0; i < 6; ++i) clip_box_[i] = static_cast<float>(b[i]);
     step_size_ = static_cast<float>(diag / options_.steps_per_diagonal);
   }
+  if (options_.finest_resolution == 0) options_.finest_resolution = auto_finest_resolution();
+  encoding_.levels = options_.levels;
+  encoding_.features_per_level = options_.features_per_level;
+  encoding_.log2_hashmap_size = options_.log2_hashmap_size;
+  encoding_.base_resolution = options_.base_resolution;
+  encoding_.per_level_scale = kernels::hash_encoding_per_level_scale(
+      options_.base_resolution, options_.finest_resolution, options_.levels);
+  kernels::hash_grid_levels(encoding_);  // validates
+
+  auto gen = make_generator({seed, static_cast<uint64_t>(RandomPurpose::kInit)});
+  const int64_t table = int64_t{1} << options_.log2_hashmap_size;
+  embeddings_ = (torch::rand({options_.levels, table, options_.features_per_level}, gen,
+                             torch::TensorOptions().dtype(torch::kFloat32)) *
+                     (2.0 * options_.embedding_init) -
+                 options_.embedding_init)
+                    .to(context.device)
+                    .set_requires_grad(true);
+  const int64_t enc_width = int64_t{options_.levels} * options_.features_per_level;
+  density_layers_.push_back(make_dense(enc_width, options_.hidden_width, gen, context.device));
+  density_layers_.push_back(make_dense(options_.hidden_width, options_.geo_features, gen, context.device));
+  int64_t in = options_.geo_features + kShDegree4Width;
+  for (int i = 0; i < options_.color_hidden_layers; ++i) {
+    color_layers_.push_back(make_dense(in, options_.hidden_width, gen, context.device));
+    in = options_.hidden_width;
+  }
+  color_layers_.push_back(make_dense(in, 3, gen, context.device));
 }
 
 torch::Tensor NerfHash::to_frame(const torch::Tensor& world) const {
@@ -142,7 +158,7 @@ std::vector<torch::Tensor> NerfHash::color_mlp(const std::vector<torch::Tensor>&
 }
 
 torch::Tensor NerfHash::density(const torch::Tensor& positions) {
-  const auto enc = kernels::hash_encoding(normalize(to_frame(positions)), embeddings_, encoding_);
+  const auto enc = encode(normalize(to_frame(positions)));
   const auto features = density_mlp({enc})[0];
   return torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
 }
@@ -151,7 +167,7 @@ torch::Tensor NerfHash::grid_density(const torch::Tensor& grid_positions) {
   // Contracted grid positions are already in [-2, 2]^3: contract() leaves them unchanged
   // except for rounding at |q| > 1, so map them straight to [0, 1]^3.
   const auto unit = contract_ ? (grid_positions + 2.0f) * 0.25f : normalize(grid_positions);
-  const auto enc = kernels::hash_encoding(unit, embeddings_, encoding_);
+  const auto enc = encode(unit);
   const auto features = density_mlp({enc})[0];
   return torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
 }
@@ -188,7 +204,28 @@ kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, con
 
 }  // namespace
 
+torch::Tensor NerfHash::encode(const torch::Tensor& unit) const {
+  auto enc = kernels::hash_encoding(unit, embeddings_, encoding_);
+  if (level_weights_.defined()) enc = enc * level_weights_.to(enc.device());
+  return enc;
+}
+
+void NerfHash::set_step(int64_t step) {
+  const int levels = options_.levels;
+  const double ramp = static_cast<double>(options_.coarse_to_fine) * static_cast<double>(total_steps_);
+  const double start = std::ceil(levels / 3.0);
+  const double on = ramp > 0 ? start + (levels - start) * std::min(1.0, step / ramp) : levels;
+  if (on >= levels) {
+    level_weights_ = torch::Tensor();
+    return;
+  }
+  auto weights = torch::empty({levels, options_.features_per_level}, torch::kFloat32);
+  for (int l = 0; l < levels; ++l) weights[l].fill_(std::clamp(on - l, 0.0, 1.0));
+  level_weights_ = weights.reshape({-1});
+}
+
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
+  set_step(context.step);
   // Marching is deterministic (the grid is the only state it reads); the context times phases.
   auto march = this->march(rays);
   const int64_t marched = march.ts.size(0);
@@ -204,7 +241,7 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   const bool differentiate = torch::GradMode::is_enabled();
   if (skip_occluded_) {
     torch::NoGradGuard no_grad;
-    const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    const auto enc = encode(normalize(march.positions));
     const auto all_features = density_mlp({enc})[0];
     const auto sigmas =
         torch::exp(all_features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
@@ -223,7 +260,7 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   CheckpointOptions checkpointing;
   checkpointing.phases = context.phases;  // recomputes charged as "recompute"
   if (!features.defined()) {
-    const auto enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    const auto enc = encode(normalize(march.positions));
     lap(context, "encode");
     features = checkpoint_density_ ? checkpoint(fn_density, {enc}, checkpointing)[0]
                                    : fn_density({enc})[0];
@@ -273,7 +310,7 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
   {
     torch::NoGradGuard no_grad;
     const auto march = this->march(rays);
-    enc = kernels::hash_encoding(normalize(march.positions), embeddings_, encoding_);
+    enc = encode(normalize(march.positions));
     sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   }
   auto fn_density = [this](const std::vector<torch::Tensor>& in) { return density_mlp(in); };
@@ -292,6 +329,7 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
 }
 
 void NerfHash::after_step(const StepContext& context, distributed::Communicator& comm) {
+  set_step(context.step);
   if (options_.grid_update_interval <= 0 || (context.step + 1) % options_.grid_update_interval != 0)
     return;
   // Stored as optical thickness (sigma * step), as instant-ngp does, so the threshold does not
@@ -307,7 +345,12 @@ std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& 
   const NerfConfig& nerf = config.section<NerfConfig>();
   check_nerf_config(nerf, config.source_path);
   const NerfHashOptions& options = nerf.hash;
-  return std::make_unique<NerfHash>(options, context, static_cast<uint64_t>(config.run.seed));
+  auto model = std::make_unique<NerfHash>(options, context, static_cast<uint64_t>(config.run.seed));
+  if (options.finest_resolution == 0)
+    spdlog::info("nerf-hash: finest resolution {} from the images (a pixel spans {:.4g} world units "
+                 "at the foreground's center; nerf.hash_max_resolution = 0)",
+                 model->finest_resolution(), context.pixel_footprint);
+  return model;
 }
 
 }  // namespace tessera::models::nerf

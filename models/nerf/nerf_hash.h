@@ -17,15 +17,17 @@ namespace tessera::models::nerf {
 
 // Defaults are sized for CPU training of the 128x128 demo scene in minutes (docs/nerf.md).
 struct NerfHashOptions {
-  // Hash grid. instant-ngp uses L=16, log2 T=19, N_max=2048 for 800 px scenes; the 128 px demo
-  // resolves no detail finer than ~1/256 of the box, so N_max = 256 (2x the image side), and 12
-  // levels from 16 keep b = (256/16)^(1/11) ~ 1.29, close to instant-ngp's ~1.38-1.5 spacing.
+  // Hash grid. instant-ngp uses L=16, log2 T=19, N_max=2048 for 800 px scenes. N_max follows the
+  // images (finest_resolution = 0): the finest cell is 2/3 of a pixel's footprint at the
+  // foreground center (ModelContext::pixel_footprint); much finer cells are crossed by single
+  // training rays and memorize them (docs/nerf.md, "Generalizing to new views"). On the 128 px
+  // demo that is 153, and 12 levels from 16 keep b ~ 1.23, near instant-ngp's ~1.38-1.5 spacing.
   int levels = 12;
   int features_per_level = 2;   // F = 2: instant-ngp's best quality/speed trade-off
   int log2_hashmap_size = 15;   // T = 32768 rows: 12*32768*2 = 786k parameters (3 MiB); levels
                                 // past ~31^3 vertices hash, collisions are resolved by the MLP
   int base_resolution = 16;     // N_min of instant-ngp
-  int finest_resolution = 256;  // N_max (see above)
+  int finest_resolution = 0;    // N_max; 0 = from the images (see above)
   float embedding_init = 1e-4f; // table ~ U(-1e-4, 1e-4), as instant-ngp
   // MLPs (instant-ngp's sizes): density 1 hidden layer of 64 -> 16 features (the first is the
   // log-density); colour 2 hidden layers of 64 on [features, SH(direction)].
@@ -51,6 +53,13 @@ struct NerfHashOptions {
   // a camera's distance to the scene. Unbounded scenes only: bounded ones (synthetic, masked
   // objects) have a near plane close to their content and no frame to measure t in.
   float near_gradient_distance = 1.0f;
+  // Coarse to fine: the hash grid's levels are switched on one after another over this fraction
+  // of the run's planned steps, from the coarsest third (weights ramp linearly, as in BARF and
+  // Neuralangelo; the levels still off encode zeros). A scene's shape settles on the coarse
+  // levels before the fine ones could fit each training ray on its own; 0 = every level from the
+  // start. The renders at a step depend on (step, planned steps) only, so ranks and resumed runs
+  // agree. Measured in docs/nerf.md, "Generalizing to new views".
+  float coarse_to_fine = 0.0f;
   // The occupancy threshold (grid.threshold, instant-ngp's NERF_MIN_OPTICAL_THICKNESS) applies to
   // sigma times instant-ngp's step, diagonal / 1024 (its NERF_STEPS), whatever step is marched:
   // with the marching step instead, every cell of an untrained model (sigma ~ 1) would stay
@@ -78,6 +87,7 @@ class NerfHash : public Model {
   std::vector<ParamGroup> parameter_groups() override;
   RenderResult render(const RayBatch& rays, const StepContext& context) override;
   void after_step(const StepContext& context, distributed::Communicator& comm) override;
+  void set_total_steps(int64_t steps) override { total_steps_ = steps; }
   std::vector<std::string> segment_names() const override { return {"density_mlp", "color_mlp"}; }
   void set_checkpointed_segments(const std::vector<std::string>& names) override;
   // density_mlp and color_mlp measured on the samples that marching `rays` through the current
@@ -94,6 +104,8 @@ class NerfHash : public Model {
   // World units per frame unit: the uncontracted frame [-1, 1]^3 spans the foreground box and the
   // cameras (unbounded scenes); 1 for bounded ones.
   float frame_half_width() const { return 1.0f / frame_scale_; }
+  // N_max in use: the configured one, or the one chosen from the images.
+  int finest_resolution() const { return options_.finest_resolution; }
   // sigma at world positions [M, 3] (differentiable).
   torch::Tensor density(const torch::Tensor& positions);
   // sigma at positions in the occupancy grid's space [M, 3]: world (bounded scenes) or the
@@ -110,6 +122,21 @@ class NerfHash : public Model {
   kernels::RayMarchOutput march(const RayBatch& rays) const;
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
   std::vector<torch::Tensor> color_mlp(const std::vector<torch::Tensor>& in) const;
+  // N_max from the images: the grid's side (world units) over ModelContext::pixel_footprint,
+  // within [base_resolution, kMaxFinestResolution]; kFallbackFinestResolution without cameras.
+  int auto_finest_resolution() const;
+  // The hash encoding of points in the grid's [0, 1]^3, times the coarse-to-fine level weights.
+  torch::Tensor encode(const torch::Tensor& unit) const;
+  // The level weights at `step` of total_steps_ (undefined when every level is fully on).
+  void set_step(int64_t step);
+  torch::Tensor level_weights_;  // [L * F] float32 on the CPU, or undefined
+  int64_t total_steps_ = 0;
+  // Finest cells per pixel footprint. Measured: at 1 a 70-view 302x403 capture lost 1.1 dB
+  // against 1.3, at ~5 a 36-view 96x96 scene fitted each training ray on cells of its own
+  // (docs/nerf.md, "Generalizing to new views"); 1.5 is within both.
+  static constexpr double kCellsPerPixelFootprint = 1.5;
+  static constexpr int kMaxFinestResolution = 1 << 16;
+  static constexpr int kFallbackFinestResolution = 256;
 
   NerfHashOptions options_;
   ModelContext context_;

@@ -1,5 +1,7 @@
 // ModelRegistry: builds a Model from config.model.name; unknown names list the known ones.
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "distributed/errors.h"
 #include "framework/data/scene.h"
@@ -20,6 +22,20 @@ ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Dev
     first = false;
   }
   context.scene_bounds = meta.scene_bounds;
+  const auto& b = meta.scene_bounds;
+  std::vector<double> footprints;
+  for (const data::Camera& camera : scene.cameras()) {
+    double d2 = 0;
+    for (int a = 0; a < 3; ++a) {
+      const double d = camera.camera_to_world[4 * a + 3] - 0.5 * (b[a] + b[a + 3]);
+      d2 += d * d;
+    }
+    footprints.push_back(std::sqrt(d2) / std::sqrt(camera.fx * camera.fy));
+  }
+  if (!footprints.empty()) {
+    std::nth_element(footprints.begin(), footprints.begin() + footprints.size() / 2, footprints.end());
+    context.pixel_footprint = footprints[footprints.size() / 2];
+  }
   context.scene_extent = meta.scene_extent;
   context.near = meta.near;
   context.far = meta.far;

@@ -75,6 +75,10 @@ struct ModelContext {
   std::array<double, 6> camera_bounds{};
   double near = 0.0;
   double far = 0.0;
+  // World units one pixel spans at the foreground box's center: the median over the cameras of
+  // (distance from the camera to that center) / (focal length in pixels). 0 = unknown (a context
+  // built in code). What the images can resolve there, which sizes nerf-hash's finest level.
+  double pixel_footprint = 0.0;
   torch::Device device = torch::kCPU;
 
   // The scene's geometry from a dataset's root attributes and cameras.
@@ -94,6 +98,10 @@ class Model {
   // Called on every rank after each optimizer step, in step order. Collective when the model keeps
   // state agreed across ranks (the NeRF occupancy grid): every rank must call it.
   virtual void after_step(const StepContext& context, distributed::Communicator& comm) {}
+  // The steps of the run's current plan (RayTrainer::set_total_steps; again at every re-plan of a
+  // time budget): a model with a schedule of its own over the run (nerf-hash's coarse-to-fine
+  // levels) rescales it, as the learning rate is. Its renders stay a function of the step.
+  virtual void set_total_steps(int64_t steps) {}
   // Names of the segments that activation checkpointing may recompute, in forward order.
   virtual std::vector<std::string> segment_names() const { return {}; }
   // Segments to checkpoint from now on (a subset of segment_names()).

@@ -48,6 +48,7 @@ RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Commun
                     ") gives fewer rays per rank than nerf.micro_batches (" +
                     std::to_string(options_.nerf.micro_batches) + "); raise rays_per_step");
   if (device_.is_cpu()) install_counting_cpu_allocator();  // peak memory per rank
+  model_.set_total_steps(options_.steps);
 
   std::vector<std::vector<torch::Tensor>> groups;
   for (const ParamGroup& g : model_.parameter_groups()) groups.push_back(g.params);
@@ -89,6 +90,7 @@ void RayTrainer::set_total_steps(int64_t steps) {
   lr_ = LrSchedule(lr_options_);
   options_.sampling.total_steps = std::max<int64_t>(1, steps);
   sampling_ = SamplingSchedule(options_.sampling);
+  model_.set_total_steps(steps);
 }
 
 double RayTrainer::eval_cost(const std::vector<size_t>& views) const {
@@ -178,7 +180,10 @@ std::string RayTrainer::not_learning_causes() const {
 std::string RayTrainer::overfitting_causes() const {
   return "(4) floaters: density just in front of each camera paints that view and is seen as fog "
          "from the others (nerf.near_gradient_distance, nerf.distortion_weight); "
-         "(5) view-dependent color explaining what geometry should (too few views for the "
+         "(5) a hash grid finer than the photos, whose fine cells each training ray fits on its "
+         "own (nerf.hash_max_resolution = 0 sizes it from the images; nerf.hash_coarse_to_fine; "
+         "a smaller nerf.hash_log2_size); "
+         "(6) view-dependent color explaining what geometry should (too few views for the "
          "color MLP's directions).";
 }
 
