@@ -21,7 +21,7 @@ struct NerfHashOptions {
   // images (finest_resolution = 0): the finest cell is 2/3 of a pixel's footprint at the
   // foreground center (ModelContext::pixel_footprint); much finer cells are crossed by single
   // training rays and memorize them (docs/nerf.md, "Generalizing to new views"). On the 128 px
-  // demo that is 153, and 12 levels from 16 keep b ~ 1.23, near instant-ngp's ~1.38-1.5 spacing.
+  // demo that is 152, and 12 levels from 16 keep b ~ 1.22, near instant-ngp's ~1.38-1.5 spacing.
   int levels = 12;
   int features_per_level = 2;   // F = 2: instant-ngp's best quality/speed trade-off
   int log2_hashmap_size = 15;   // T = 32768 rows: 12*32768*2 = 786k parameters (3 MiB); levels
