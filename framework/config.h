@@ -17,6 +17,7 @@ struct RunConfig {
   int64_t seed = 0;       // seed of all randomness
   std::string log_level;  // trace | debug | info | warn | error
   bool verbose = false;   // the progress line adds the time per phase of the step
+  bool tensorboard = true;  // RUN_DIR/tensorboard event files
 };
 
 // [data] — the dataset.

@@ -108,6 +108,13 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("The progress line adds this rank's seconds per phase of a step (means over the "
                "steps since the last line; the phases of each family are listed in "
                "docs/training_loop.md). metrics.jsonl has them always (phase_s)."),
+      key("run", "tensorboard", [](auto& c) -> auto& { return c.run.tensorboard; })
+          .defaults_to(true)
+          .doc("Rank 0 writes TensorBoard event files to RUN_DIR/tensorboard: every number of "
+               "each metrics.jsonl record as a scalar of the same name, the eval renders beside "
+               "their targets (eval/view_III) and the resolved config as text "
+               "(docs/training_loop.md, \"TensorBoard\"). `tensorboard --logdir runs` shows "
+               "every run."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
           .doc("Path to the dataset: a tessera-scene HDF5 file, or another kind that the model's family opens, e.g. a tessera-shapes file (docs/formats.md); empty means none."),

@@ -67,8 +67,10 @@ struct EvalScores {
 // The scores of an image family: PSNR and SSIM, means over `views` views.
 EvalScores image_scores(int64_t views, double psnr, double ssim);
 
-// Receives each eval render: the dataset view index and the image [H, W, 3] float32 in [0, 1].
-using ImageSink = std::function<void(size_t view, const torch::Tensor& image)>;
+// Receives each eval render: the dataset view index, the image [H, W, 3] float32 in [0, 1] and
+// the target it was scored against (the same size and range).
+using ImageSink =
+    std::function<void(size_t view, const torch::Tensor& image, const torch::Tensor& target)>;
 
 // What `tessera sample` asks of a generative family.
 struct SampleRequest {

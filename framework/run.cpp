@@ -17,6 +17,7 @@
 #include "framework/learning_check.h"
 #include "framework/memory.h"
 #include "framework/snapshot.h"
+#include "framework/tensorboard/event_file.h"
 #include "framework/trainer_run.h"
 
 namespace tessera {
@@ -35,6 +36,7 @@ RunOptions run_options(const Config& config) {
   o.eval_max_views = config.eval.max_views;
   o.eval_train_views = config.eval.train_views;
   o.out_dir = config.run.out_dir;
+  o.tensorboard = config.run.tensorboard;
   o.snapshot_every = config.snapshot.every;
   o.snapshot_keep = config.snapshot.keep;
   o.snapshot_parallel = config.snapshot.parallel;
@@ -85,6 +87,14 @@ TrainingRun::TrainingRun(distributed::ProcessContext& context, distributed::Comm
     // it to keep a resumed run's earlier records (trainer_run.h).
     std::ofstream probe(path, std::ios::app);
     if (!probe) throw UserError("cannot open " + path + " for writing; check run.out_dir");
+    if (options_.tensorboard) {
+      const auto dir = std::filesystem::path(options_.out_dir) / "tensorboard";
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec)
+        throw UserError("cannot create " + dir.string() + " (" + ec.message() +
+                        "); check run.out_dir, or set run.tensorboard = false");
+    }
   }
   start_ = std::chrono::steady_clock::now();
   budget_start_ = now();
@@ -149,12 +159,17 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
   const auto [views, train] = eval_view_lists();
   ImageSink sink;
   if (write && comm_.rank() == 0 && !options_.out_dir.empty()) {
-    sink = [&](size_t view, const torch::Tensor& image) {
+    sink = [&](size_t view, const torch::Tensor& image, const torch::Tensor& target) {
       char name[64];
       std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
                     static_cast<long long>(step), view);
       data::write_png_unit((std::filesystem::path(options_.out_dir) / "renders" / name).string(),
                            image);
+      if (tensorboard_) {
+        std::snprintf(name, sizeof(name), "eval/view_%03zu", view);
+        const torch::Tensor pair = torch::cat({image, target}, 1);  // render | target
+        tensorboard_->image(name, step, pair.size(0), pair.size(1), data::encode_png_unit(pair));
+      }
     };
   }
   EvalScores scores = family_.evaluate(step, views, sink);

@@ -24,6 +24,8 @@
 
 namespace tessera {
 
+class TensorBoardEventFile;  // framework/tensorboard/event_file.h
+
 struct RunOptions {
   int64_t steps = 2000;            // optimizer steps
   uint64_t seed = 0;               // all randomness is a function of (seed, step, purpose)
@@ -39,6 +41,7 @@ struct RunOptions {
   // PSNR gap; a gap over kOverfitGapDb warns with ModelFamily::overfitting_causes. 0 = off.
   int64_t eval_train_views = 0;
   std::string out_dir;             // run directory; "" = write no files
+  bool tensorboard = true;         // RUN_DIR/tensorboard event files (rank 0)
   bool progress = true;            // rank 0 prints the progress line on stderr
   bool verbose = false;            // the progress line adds the seconds per phase (run.verbose)
   // Snapshots (RUN_DIR/snapshots, needs out_dir): every N steps (0 = only at the end), and
@@ -105,7 +108,8 @@ class TrainingRun {
   // agreed across ranks (max), the loss scaler's update, then the family's update or skip.
   StepRecord train_step(int64_t step);
   // Renders and scores the eval views (split and count from the options); rank 0 writes
-  // RUN_DIR/renders/step-NNNNNNNN-view-III.png when `write` and out_dir is set. Collective.
+  // RUN_DIR/renders/step-NNNNNNNN-view-III.png when `write` and out_dir is set, and the render
+  // beside its target to TensorBoard (tag eval/view_III). Collective.
   EvalScores evaluate(int64_t step, bool write = true);
 
   // Snapshots (layout in docs/formats.md). save_snapshot writes the state after next_step()
@@ -163,6 +167,7 @@ class TrainingRun {
   RunOptions options_;
   std::unique_ptr<LossScaler> scaler_;
   std::ofstream metrics_;  // rank 0, when out_dir is set
+  std::unique_ptr<TensorBoardEventFile> tensorboard_;  // rank 0, with out_dir and options.tensorboard
   std::chrono::steady_clock::time_point start_;
   int64_t first_step_ = 0;   // the step run() started at (for the ETA)
   int64_t steps_done_ = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
@@ -13,6 +14,7 @@
 #include "framework/memory.h"
 #include "framework/run.h"
 #include "framework/snapshot.h"
+#include "framework/tensorboard/event_file.h"
 #include "framework/trainer_run.h"
 
 namespace tessera {
@@ -49,6 +51,12 @@ TrainSummary TrainingRun::run() {
   StopSignals signals;
   // A resumed run keeps its records up to the snapshot's step (trainer_run.h).
   metrics_ = open_metrics_log(options_.out_dir, comm_.rank(), steps_done_);
+  if (options_.tensorboard && !options_.out_dir.empty() && comm_.rank() == 0) {
+    tensorboard_ = std::make_unique<TensorBoardEventFile>(
+        (std::filesystem::path(options_.out_dir) / "tensorboard").string(), steps_done_);
+    if (!options_.config_toml.empty())
+      tensorboard_->text("config", steps_done_, "```toml\n" + options_.config_toml + "\n```");
+  }
   TrainSummary summary;
   const auto run_start = std::chrono::steady_clock::now();
   start_ = run_start;
@@ -164,7 +172,7 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
   if (comm_.rank() != 0) return;
   const int64_t done = r.step + 1;
   const std::string unit = family_.work_unit();
-  if (metrics_.is_open()) {
+  if (metrics_.is_open() || tensorboard_) {
     nlohmann::json j;
     j["step"] = done;
     j["planned_steps"] = options_.steps;
@@ -181,8 +189,14 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
       j["phase_s"] = p;
     }
     if (eval) j.update(eval->to_json("eval_"));
-    metrics_ << j.dump() << '\n';
-    metrics_.flush();
+    if (metrics_.is_open()) {
+      metrics_ << j.dump() << '\n';
+      metrics_.flush();
+    }
+    if (tensorboard_) {
+      j.erase("step");  // the x axis
+      tensorboard_->scalars(j, done);
+    }
   }
   if (!options_.progress) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

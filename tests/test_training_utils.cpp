@@ -8,11 +8,15 @@
 #include <torch/utils.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "distributed/errors.h"
@@ -23,6 +27,7 @@
 #include "framework/metrics.h"
 #include "framework/phase_timer.h"
 #include "framework/schedule.h"
+#include "framework/tensorboard/event_file.h"
 #include "tests/cuda_skip.h"
 
 namespace {
@@ -737,6 +742,64 @@ TEST(PhaseTimer, ChargesPhasesInOrderAndMarksTheBackward) {
   ASSERT_EQ(median.size(), 2u);
   EXPECT_EQ(median[0], (std::pair<std::string, double>{"a", 2.0}));
   EXPECT_EQ(median[1], (std::pair<std::string, double>{"b", 1.0}));  // missing counts 0: {5, 0, 1}
+}
+
+// TFRecord's checksum: CRC-32C's published check values (the nine digits; RFC 3720's 32 zero
+// and 32 0xFF bytes) and the mask (rotate right by 15, add 0xa282ead8).
+TEST(TensorBoardEventFile, Crc32cMatchesThePublishedValues) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  const std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF);
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  const uint32_t crc = 0xE3069283u;
+  EXPECT_EQ(masked_crc32c("123456789", 9), ((crc >> 15) | (crc << 17)) + 0xA282EAD8u);
+}
+
+// The file is a sequence of whole records whose checksums hold: the version record first, a
+// restart marker when resumed, then one record per call.
+TEST(TensorBoardEventFile, WritesWholeRecordsWithTheirChecksums) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera-tb-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string path;
+  {
+    TensorBoardEventFile file((dir / "tb").string(), /*resumed_step=*/7);
+    path = file.path();
+    EXPECT_EQ(fs::path(path).parent_path(), dir / "tb");
+    EXPECT_EQ(fs::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u) << path;
+    file.scalars(nlohmann::json{{"loss", 0.5}, {"name", "text is left out"}, {"phase_s", {{"a", 1}}}}, 8);
+    file.scalars(nlohmann::json{{"only", "strings"}}, 8);  // nothing to write: no record
+    file.text("config", 8, "[run]");
+    file.image("eval/view_000", 8, 1, 1, std::string("not checked here"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = 0, records = 0;
+  std::vector<std::string> payloads;
+  while (at < bytes.size()) {
+    ASSERT_LE(at + 12, bytes.size()) << "a partial header at byte " << at;
+    uint64_t length = 0;
+    uint32_t length_crc = 0, data_crc = 0;
+    std::memcpy(&length, bytes.data() + at, 8);
+    std::memcpy(&length_crc, bytes.data() + at + 8, 4);
+    EXPECT_EQ(length_crc, masked_crc32c(bytes.data() + at, 8)) << "record " << records;
+    ASSERT_LE(at + 12 + length + 4, bytes.size()) << "record " << records << " is cut short";
+    std::memcpy(&data_crc, bytes.data() + at + 12 + length, 4);
+    EXPECT_EQ(data_crc, masked_crc32c(bytes.data() + at + 12, length)) << "record " << records;
+    payloads.emplace_back(bytes.substr(at + 12, length));
+    at += 12 + length + 4;
+    ++records;
+  }
+  ASSERT_EQ(records, 5u);  // version, restart marker, scalars, text, image
+  EXPECT_NE(payloads[0].find("brain.Event:2"), std::string::npos);
+  EXPECT_NE(payloads[2].find("phase_s/a"), std::string::npos);
+  EXPECT_EQ(payloads[2].find("name"), std::string::npos);
+  EXPECT_NE(payloads[4].find("not checked here"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TensorBoardEventFile, AFolderThatCannotBeMadeIsAUserError) {
+  EXPECT_THROW(TensorBoardEventFile("/proc/no-such-folder/tb", 0), UserError);
 }
 
 }  // namespace

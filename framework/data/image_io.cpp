@@ -79,11 +79,37 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
     throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
 }
 
+namespace {
+
+torch::Tensor unit_to_bytes(const torch::Tensor& image) {
+  return (image.detach().to(torch::kCPU, torch::kFloat32) * 255.0f)
+      .round()
+      .clamp(0, 255)
+      .to(torch::kUInt8)
+      .contiguous();
+}
+
+void append_bytes(void* context, void* data, int size) {
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                             static_cast<size_t>(size));
+}
+
+}  // namespace
+
 void write_png_unit(const std::string& path, const torch::Tensor& image) {
-  write_png(path, (image.detach().to(torch::kCPU, torch::kFloat32) * 255.0f)
-                      .round()
-                      .clamp(0, 255)
-                      .to(torch::kUInt8));
+  write_png(path, unit_to_bytes(image));
+}
+
+std::string encode_png_unit(const torch::Tensor& image) {
+  if (!image.defined() || image.dim() != 3 || image.size(2) != 3)
+    throw std::invalid_argument("encode_png_unit: image must be [H, W, 3]");
+  const torch::Tensor pixels = unit_to_bytes(image);
+  const int width = static_cast<int>(pixels.size(1));
+  std::string bytes;
+  if (!stbi_write_png_to_func(append_bytes, &bytes, width, static_cast<int>(pixels.size(0)), 3,
+                              pixels.data_ptr<uint8_t>(), width * 3))
+    throw std::runtime_error("encode_png_unit: the PNG encoder failed");
+  return bytes;
 }
 
 torch::Tensor downscale(const torch::Tensor& image, int factor) {

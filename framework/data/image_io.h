@@ -20,6 +20,8 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
 // Writes a rendered image, float [H, W, 3] with values in [0, 1] (clamped), as an 8-bit PNG
 // (each value times 255, rounded).
 void write_png_unit(const std::string& path, const torch::Tensor& image);
+// The PNG file bytes of a rendered image as write_png_unit writes it (RGB, 8 bits).
+std::string encode_png_unit(const torch::Tensor& image);
 // Box-filter downscale of uint8 [H, W] or [H, W, C] by `factor` (H and W are divided, rounding
 // down; the last partial block is dropped).
 torch::Tensor downscale(const torch::Tensor& image, int factor);

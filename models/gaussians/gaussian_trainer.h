@@ -16,6 +16,7 @@
 #include "distributed/communicator.h"
 #include "models/gaussians/gaussian_sharding.h"
 #include "framework/data/scene.h"
+#include "framework/family.h"
 #include "framework/memory.h"
 #include "framework/phase_timer.h"
 #include "framework/schedule.h"
@@ -123,15 +124,13 @@ class GaussianTrainer {
 
   // Mean PSNR and SSIM over the dataset views `views` (clamped renders at resolution_scale vs the
   // targets composited over the background, resized to the render's size). `on_image` (if set)
-  // receives each view's image [H, W, 3] in [0, 1], on every rank. SH degree as render().
-  // Collective.
+  // receives each view's image [H, W, 3] in [0, 1] and that target, on every rank. SH degree
+  // as render(). Collective.
   struct EvalScores {
     double psnr = 0, ssim = 0;
     int64_t views = 0;
   };
-  EvalScores evaluate(const std::vector<size_t>& views,
-                      const std::function<void(size_t view, const torch::Tensor& image)>&
-                          on_image = {},
+  EvalScores evaluate(const std::vector<size_t>& views, const ImageSink& on_image = {},
                       int sh_degree = -1);
 
   // Canonical (ordered by global id) views for tests and export. root < 0: on every rank;

@@ -294,7 +294,7 @@ torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera, int sh_
 
 GaussianTrainer::EvalScores GaussianTrainer::evaluate(
     const std::vector<size_t>& views,
-    const std::function<void(size_t view, const torch::Tensor& image)>& on_image, int sh_degree) {
+    const ImageSink& on_image, int sh_degree) {
   EvalScores scores;
   for (size_t v : views) {
     const torch::Tensor image =
@@ -306,7 +306,7 @@ GaussianTrainer::EvalScores GaussianTrainer::evaluate(
     scores.psnr += psnr(image, target);
     scores.ssim += ssim(image, target);
     ++scores.views;
-    if (on_image) on_image(v, image);
+    if (on_image) on_image(v, image, target);
   }
   if (scores.views > 0) {
     scores.psnr /= static_cast<double>(scores.views);

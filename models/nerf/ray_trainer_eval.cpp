@@ -53,7 +53,7 @@ EvalScores RayTrainer::evaluate(int64_t step, const std::vector<size_t>& views,
     const torch::Tensor target = scene_.read_image_over_background(view);
     psnr_sum += psnr(image, target);
     ssim_sum += ssim(image, target);
-    if (on_image) on_image(view, image);
+    if (on_image) on_image(view, image, target);
   }
   const int64_t n = static_cast<int64_t>(views.size());
   return image_scores(n, n > 0 ? psnr_sum / n : 0.0, n > 0 ? ssim_sum / n : 0.0);
