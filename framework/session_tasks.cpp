@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "distributed/errors.h"
 #include "framework/data/image_io.h"
 #include "framework/data/orbit.h"
+#include "framework/data/video.h"
 
 namespace tessera {
 
@@ -58,15 +60,41 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
   }
   if (request.max_views >= 0 && static_cast<int64_t>(views.size()) > request.max_views)
     views.resize(static_cast<size_t>(request.max_views));
+  if (!request.video.empty()) {
+    // Checked on every rank, before any rendering: a video's frames share one size.
+    for (const auto& [name, camera] : views)
+      if (camera.width != views.front().second.width || camera.height != views.front().second.height)
+        throw UserError("--video: the views differ in size (" + views.front().first + " is " +
+                        std::to_string(views.front().second.width) + "x" +
+                        std::to_string(views.front().second.height) + ", " + name + " " +
+                        std::to_string(camera.width) + "x" + std::to_string(camera.height) +
+                        "); render an --orbit, or PNGs with --out only");
+  }
   const bool root = run.comm->rank() == 0;
-  if (root) std::filesystem::create_directories(request.out);
+  if (root && !request.out.empty()) std::filesystem::create_directories(request.out);
+  std::unique_ptr<data::VideoWriter> video;
   for (size_t i = 0; i < views.size(); ++i) {
     const torch::Tensor image = renderer->render_camera(views[i].second, run.step);
     if (!root) continue;
-    data::write_png_unit((std::filesystem::path(request.out) / views[i].first).string(), image);
+    if (!request.out.empty())
+      data::write_png_unit((std::filesystem::path(request.out) / views[i].first).string(), image);
+    if (!request.video.empty()) {
+      if (!video)
+        video = std::make_unique<data::VideoWriter>(request.video, image.size(1), image.size(0),
+                                                    request.fps);
+      video->add_frame(image);
+    }
     std::cerr << "\rrendered " << (i + 1) << "/" << views.size() << std::flush;
   }
-  if (root) std::cerr << "\n" << views.size() << " images in " << request.out << "\n";
+  if (root) {
+    std::cerr << "\n";
+    if (!request.out.empty()) std::cerr << views.size() << " images in " << request.out << "\n";
+    if (video) {
+      video->finish();
+      std::cerr << "video " << request.video << ": " << video->frames() << " frames at "
+                << request.fps << " fps\n";
+    }
+  }
   return static_cast<int64_t>(views.size());
 }
 

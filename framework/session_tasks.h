@@ -17,16 +17,18 @@ namespace tessera {
 nlohmann::json evaluate_splits(const Session& run, const std::string& split, int64_t max_views);
 
 struct RenderRequest {
-  std::string out;        // folder for the PNGs (rank 0 creates it)
+  std::string out;        // folder for the PNGs (rank 0 creates it); "" = none (a video only)
+  std::string video;      // an .mp4 of the frames in order (data/video.h); "" = none
+  int fps = 30;           // the video's frames per second
   std::string split;      // "" = test; ignored with an orbit
   int orbit = 0;          // > 0: this many views on a circle around the scene (data/orbit.h)
   int64_t max_views = -1; // at most this many views (-1: all)
 };
 
 // Renders the views `request` names with the family's ViewRenderer; rank 0 writes
-// OUT/SPLIT-III.png (III the camera index) or OUT/orbit-NNN.png, with progress on stderr. Returns
-// the number of images. UserError when the family renders no views (e.g. a shape-set model) or
-// the split has none. Collective.
+// OUT/SPLIT-III.png (III the camera index) or OUT/orbit-NNN.png, and the video, with progress
+// on stderr. Returns the number of images. UserError when the family renders no views (e.g. a
+// shape-set model), the split has none, or a video's views differ in size. Collective.
 int64_t render_views(const Session& run, const RenderRequest& request);
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
+#include "framework/data/video.h"
 #include "framework/session.h"
 #include "framework/session_tasks.h"
 #include "launch/commands.h"
@@ -24,6 +25,8 @@ struct SnapshotCommandOptions {
   std::string out;
   int orbit = 0;
   int max_views = -1;
+  std::string video;  // render: an .mp4 of the frames
+  int fps = 30;
   SampleRequest sample;  // `tessera sample`
 };
 
@@ -53,9 +56,17 @@ int run_eval(SnapshotCommandOptions& o) {
 }
 
 int run_render(SnapshotCommandOptions& o) {
+  // Before MPI: bad input is refused once, with exit code 2.
+  if (o.out.empty() && o.video.empty()) throw UserError("give --out DIR (PNGs), --video FILE.mp4, or both");
+  if (!o.video.empty()) {
+    data::check_video_path(o.video);
+    data::find_ffmpeg();
+  }
   const Session run = restore(o);
   RenderRequest request;
   request.out = o.out;
+  request.video = o.video;
+  request.fps = o.fps;
   request.split = o.split;
   request.orbit = o.orbit;
   request.max_views = o.max_views;
@@ -128,9 +139,16 @@ Command add_render_command(CLI::App& app) {
   auto o = std::make_shared<SnapshotCommandOptions>();
   CLI::App* sub = app.add_subcommand(
       "render", "Render a snapshot's views (or, with --ply, a model trained elsewhere): a split, "
-                "or an orbit around the scene, to PNGs");
+                "or an orbit around the scene, to PNGs and/or an MP4 video");
   add_common(sub, *o);
-  sub->add_option("--out", o->out, "Folder for the PNGs (created)")->required();
+  sub->add_option("--out", o->out, "Folder for the PNGs (created); needed unless --video is given");
+  auto* video = sub->add_option("--video", o->video,
+                  "Also (or only) an H.264 video of the frames in order, e.g. --orbit 120 --video "
+                  "orbit.mp4: encoded by ffmpeg (Debian's), written whole or not at all")
+      ->type_name("FILE.mp4");
+  sub->add_option("--fps", o->fps, "Frames per second of --video (default 30)")
+      ->check(CLI::Range(1, 240))
+      ->needs(video);
   auto* split = sub->add_option("--split", o->split, "Split whose views to render (default: test)")
                     ->check(CLI::IsMember({"train", "val", "test"}));
   sub->add_option("--orbit", o->orbit,

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/data/file_seal.h"
+#include "framework/data/image_io.h"
 #include "framework/data/h5.h"
 #include "framework/snapshot.h"
 #include "framework/trainer_run.h"
@@ -580,6 +582,58 @@ TEST_F(ResumeTest, GaussiansFromPlyScheduledPassesThenEvalAndRender) {
   ASSERT_EQ(orbit.exit_code, 0) << orbit.output;
   EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-000.png"));
   EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-001.png"));
+
+  // `render --video`: on 2 ranks, an H.264 MP4 with one frame per view, of the PNGs' size,
+  // in order (each decoded frame is nearest its own PNG); bad input is refused before any work
+  // and leaves no file.
+  const std::string video = dir_ + "/orbit.mp4";
+  const Job rendered = run({mpiexec_, "-n", "2", "--oversubscribe", binary_, "render", last,
+                            "--orbit", "4", "--out", dir_ + "/gs-video", "--video", video,
+                            "--fps", "12"},
+                           120);
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
+  EXPECT_NE(rendered.output.find("video " + video + ": 4 frames at 12 fps"), std::string::npos)
+      << rendered.output;
+  const torch::Tensor first = data::read_image_file(dir_ + "/gs-video/orbit-000.png").rgb;
+  const Job probe = run({"ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
+                         "-show_entries", "stream=codec_name,width,height,nb_read_frames,r_frame_rate",
+                         "-of", "csv=p=0", video},
+                        60);
+  ASSERT_EQ(probe.exit_code, 0) << probe.output;
+  EXPECT_EQ(probe.output, "h264," + std::to_string(first.size(1)) + "," +
+                              std::to_string(first.size(0)) + ",12/1,4\n");
+  for (int frame = 0; frame < 4; ++frame) {
+    const std::string png = dir_ + "/frame-" + std::to_string(frame) + ".png";
+    const Job extract = run({"ffmpeg", "-v", "error", "-y", "-i", video, "-vf",
+                             "select=eq(n\\," + std::to_string(frame) + ")", "-frames:v", "1", png},
+                            60);
+    ASSERT_EQ(extract.exit_code, 0) << extract.output;
+    const torch::Tensor decoded = data::read_image_file(png).rgb.to(torch::kFloat32);
+    std::vector<double> error;
+    for (int view = 0; view < 4; ++view) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/gs-video/orbit-%03d.png", view);
+      const torch::Tensor expected = data::read_image_file(dir_ + name).rgb.to(torch::kFloat32);
+      error.push_back((decoded - expected).abs().mean().item<double>());
+    }
+    EXPECT_EQ(std::min_element(error.begin(), error.end()) - error.begin(), frame)
+        << "frame " << frame << " mean absolute errors against the 4 views: " << error[0] << " "
+        << error[1] << " " << error[2] << " " << error[3];
+    EXPECT_LT(error[frame], 6.0) << "frame " << frame << ": H.264 at crf 18 is far closer";
+  }
+  const Job avi = run({binary_, "render", last, "--orbit", "2", "--video", dir_ + "/o.avi"}, 60);
+  EXPECT_EQ(avi.exit_code, 2) << avi.output;
+  EXPECT_NE(avi.output.find("must be an .mp4 file"), std::string::npos) << avi.output;
+  const Job no_ffmpeg = run({"/usr/bin/env", "PATH=" + dir_ + "/no-such-bin", binary_, "render",
+                             last, "--orbit", "2", "--video", dir_ + "/none.mp4"},
+                            60);
+  EXPECT_EQ(no_ffmpeg.exit_code, 2) << no_ffmpeg.output;
+  EXPECT_NE(no_ffmpeg.output.find("needs ffmpeg"), std::string::npos) << no_ffmpeg.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/none.mp4"));
+  EXPECT_FALSE(fs::exists(dir_ + "/none.partial.mp4"));
+  const Job nothing = run({binary_, "render", last, "--orbit", "2"}, 60);
+  EXPECT_EQ(nothing.exit_code, 2) << nothing.output;
+  EXPECT_NE(nothing.output.find("give --out DIR"), std::string::npos) << nothing.output;
 
   const Job bad = run(gaussians_train(1, dir_ + "/gs-nobudget",
                                       {"--set", "checkpoint.policy=budget", "--set",
