@@ -81,6 +81,17 @@ struct SampleRequest {
   std::string out_dir;    // rank 0 writes the files here (the folder exists)
 };
 
+// A view with its geometry (`tessera render --outputs rgb,depth,alpha`), on the CPU, float32.
+struct ViewOutputs {
+  torch::Tensor rgb;    // [H, W, 3] in [0, 1], as render_camera
+  // [H, W] expected depth, as nerfstudio's and gsplat's: sum_i w_i z_i / sum_i w_i over the
+  // samples (NeRF) or Gaussians (3DGS) of a pixel with blending weights w_i, where z is the
+  // distance along the camera's optical axis (a z-buffer's depth, not the distance along the
+  // ray), in the dataset's world units; 0 where alpha is 0.
+  torch::Tensor depth;
+  torch::Tensor alpha;  // [H, W] accumulated opacity sum_i w_i, in [0, 1]
+};
+
 // A family that renders camera views (radiance fields, splats): `tessera render`, orbits.
 class ViewRenderer {
  public:
@@ -88,6 +99,8 @@ class ViewRenderer {
   // Renders any camera (a dataset view, an orbit) at the step `step`: [H, W, 3] float32 in
   // [0, 1] on the CPU, on every rank. Collective.
   virtual torch::Tensor render_camera(const data::Camera& camera, int64_t step) = 0;
+  // The same view with its depth and alpha, on every rank. Collective.
+  virtual ViewOutputs render_outputs(const data::Camera& camera, int64_t step) = 0;
 };
 
 // A generative family: `tessera sample`.

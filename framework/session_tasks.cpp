@@ -45,14 +45,14 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
     const std::vector<data::Camera> cameras = data::orbit_cameras(*scene, request.orbit);
     for (size_t i = 0; i < cameras.size(); ++i) {
       char name[32];
-      std::snprintf(name, sizeof name, "orbit-%03zu.png", i);
+      std::snprintf(name, sizeof name, "orbit-%03zu", i);
       views.emplace_back(name, cameras[i]);
     }
   } else {
     const std::string split = request.split.empty() ? "test" : request.split;
     for (size_t index : scene->indices(data::parse_split(split, "--split"))) {
       char name[48];
-      std::snprintf(name, sizeof name, "%s-%03zu.png", split.c_str(), index);
+      std::snprintf(name, sizeof name, "%s-%03zu", split.c_str(), index);
       views.emplace_back(name, scene->cameras()[index]);
     }
     if (views.empty())
@@ -73,11 +73,32 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
   const bool root = run.comm->rank() == 0;
   if (root && !request.out.empty()) std::filesystem::create_directories(request.out);
   std::unique_ptr<data::VideoWriter> video;
+  const bool geometry = request.depth || request.alpha;
+  // Depth in the capture's units: world = capture_scale * capture + offset (docs/datasets.md).
+  const double capture_scale = scene->meta().capture_scale;
   for (size_t i = 0; i < views.size(); ++i) {
-    const torch::Tensor image = renderer->render_camera(views[i].second, run.step);
+    ViewOutputs outputs;
+    if (geometry) outputs = renderer->render_outputs(views[i].second, run.step);
+    else outputs.rgb = renderer->render_camera(views[i].second, run.step);
+    const torch::Tensor& image = outputs.rgb;
     if (!root) continue;
-    if (!request.out.empty())
-      data::write_png_unit((std::filesystem::path(request.out) / views[i].first).string(), image);
+    const std::string stem = (std::filesystem::path(request.out) / views[i].first).string();
+    if (!request.out.empty() && request.rgb) data::write_png_unit(stem + ".png", image);
+    if (request.depth) {
+      const torch::Tensor depth = outputs.depth / capture_scale;
+      const double largest = depth.max().item<double>();
+      data::write_npy(stem + ".depth.npy", depth);
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", largest);
+      data::write_png16(stem + ".depth.png", depth, largest,
+                        {{"depth_max", text}, {"Comment", "expected depth along the optical "
+                          "axis in the capture's units: value / 65535 * depth_max"}});
+    }
+    if (request.alpha) {
+      data::write_npy(stem + ".alpha.npy", outputs.alpha);
+      data::write_png16(stem + ".alpha.png", outputs.alpha, 1.0,
+                        {{"Comment", "accumulated opacity: value / 65535"}});
+    }
     if (!request.video.empty()) {
       if (!video)
         video = std::make_unique<data::VideoWriter>(request.video, image.size(1), image.size(0),
@@ -88,7 +109,13 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
   }
   if (root) {
     std::cerr << "\n";
-    if (!request.out.empty()) std::cerr << views.size() << " images in " << request.out << "\n";
+    if (!request.out.empty()) {
+      std::string what;
+      for (const auto& [on, name] : {std::pair{request.rgb, "rgb"}, std::pair{request.depth, "depth"},
+                                     std::pair{request.alpha, "alpha"}})
+        if (on) what += (what.empty() ? "" : ", ") + std::string(name);
+      std::cerr << views.size() << " views in " << request.out << " (" << what << ")\n";
+    }
     if (video) {
       video->finish();
       std::cerr << "video " << request.video << ": " << video->frames() << " frames at "

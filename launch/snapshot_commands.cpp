@@ -1,6 +1,7 @@
 // `tessera eval SNAPSHOT` (the family's scores per split, one JSON object), `tessera render
 // SNAPSHOT --out DIR` (PNGs of a split's views or of an orbit) and `tessera sample SNAPSHOT
 // --out DIR` (a generative family's samples), for every model family, on any number of ranks.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@ struct SnapshotCommandOptions {
   int max_views = -1;
   std::string video;  // render: an .mp4 of the frames
   int fps = 30;
+  std::vector<std::string> outputs{"rgb"};  // render: what is written per view
   SampleRequest sample;  // `tessera sample`
 };
 
@@ -58,6 +60,11 @@ int run_eval(SnapshotCommandOptions& o) {
 int run_render(SnapshotCommandOptions& o) {
   // Before MPI: bad input is refused once, with exit code 2.
   if (o.out.empty() && o.video.empty()) throw UserError("give --out DIR (PNGs), --video FILE.mp4, or both");
+  auto wants = [&](const char* output) {
+    return std::find(o.outputs.begin(), o.outputs.end(), output) != o.outputs.end();
+  };
+  if (o.out.empty() && (wants("depth") || wants("alpha")))
+    throw UserError("--outputs depth and alpha are written into --out DIR; give --out");
   if (!o.video.empty()) {
     data::check_video_path(o.video);
     data::find_ffmpeg();
@@ -67,6 +74,9 @@ int run_render(SnapshotCommandOptions& o) {
   request.out = o.out;
   request.video = o.video;
   request.fps = o.fps;
+  request.rgb = wants("rgb");
+  request.depth = wants("depth");
+  request.alpha = wants("alpha");
   request.split = o.split;
   request.orbit = o.orbit;
   request.max_views = o.max_views;
@@ -149,6 +159,14 @@ Command add_render_command(CLI::App& app) {
   sub->add_option("--fps", o->fps, "Frames per second of --video (default 30)")
       ->check(CLI::Range(1, 240))
       ->needs(video);
+  sub->add_option("--outputs", o->outputs,
+                  "What to write per view into --out, comma-separated: rgb (NAME.png), depth (the "
+                  "expected depth along the optical axis in the capture's units, as "
+                  "NAME.depth.npy float32 and a 16-bit NAME.depth.png scaled to the view's largest "
+                  "depth, kept in its depth_max text chunk), alpha (accumulated opacity, "
+                  "NAME.alpha.npy and a 16-bit NAME.alpha.png). Default: rgb")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"rgb", "depth", "alpha"}));
   auto* split = sub->add_option("--split", o->split, "Split whose views to render (default: test)")
                     ->check(CLI::IsMember({"train", "val", "test"}));
   sub->add_option("--orbit", o->orbit,

@@ -2,10 +2,13 @@
 // the implementations live in libstb.so), and integer box-filter downscaling.
 #include "framework/data/image_io.h"
 
+#include <png.h>
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 
+#include <csetjmp>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -110,6 +113,89 @@ std::string encode_png_unit(const torch::Tensor& image) {
                               pixels.data_ptr<uint8_t>(), width * 3))
     throw std::runtime_error("encode_png_unit: the PNG encoder failed");
   return bytes;
+}
+
+namespace {
+
+// libpng's writer of 16-bit greyscale rows (big-endian samples); false on any libpng error. No
+// object with a destructor lives in this frame, which libpng's errors leave by longjmp.
+bool write_gray16(FILE* file, const uint8_t* rows, uint32_t width, uint32_t height,
+                  png_text* text, int text_count) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (!png || !info) {
+    png_destroy_write_struct(&png, nullptr);
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return false;
+  }
+  png_init_io(png, file);
+  png_set_IHDR(png, info, width, height, 16, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  if (text_count > 0) png_set_text(png, info, text, text_count);
+  png_write_info(png, info);
+  for (uint32_t y = 0; y < height; ++y) png_write_row(png, rows + static_cast<size_t>(y) * width * 2);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return true;
+}
+
+}  // namespace
+
+void write_png16(const std::string& path, const torch::Tensor& values, double full_scale,
+                 const std::vector<std::pair<std::string, std::string>>& text) {
+  if (!values.defined() || values.dim() != 2)
+    throw std::invalid_argument("write_png16 " + path + ": values must be [H, W]");
+  const double scale = full_scale > 0 ? 65535.0 / full_scale : 0.0;
+  // Big-endian 16-bit samples, as PNG stores them.
+  const torch::Tensor samples = (values.detach().to(torch::kCPU, torch::kFloat64) * scale)
+                                    .round()
+                                    .clamp(0, 65535)
+                                    .to(torch::kInt32)
+                                    .contiguous();
+  const int64_t height = samples.size(0), width = samples.size(1);
+  std::vector<uint8_t> rows(static_cast<size_t>(height * width * 2));
+  const int32_t* s = samples.data_ptr<int32_t>();
+  for (int64_t i = 0; i < height * width; ++i) {
+    rows[2 * i] = static_cast<uint8_t>(s[i] >> 8);
+    rows[2 * i + 1] = static_cast<uint8_t>(s[i] & 0xFF);
+  }
+  std::vector<png_text> chunks(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    chunks[i].compression = PNG_TEXT_COMPRESSION_NONE;
+    chunks[i].key = const_cast<char*>(text[i].first.c_str());
+    chunks[i].text = const_cast<char*>(text[i].second.c_str());
+  }
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!file) throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
+  if (!write_gray16(file.get(), rows.data(), static_cast<uint32_t>(width),
+                    static_cast<uint32_t>(height), chunks.data(), static_cast<int>(chunks.size())))
+    throw UserError("cannot write PNG " + path + " (disk full?)");
+  if (std::fflush(file.get()) != 0) throw UserError("cannot write PNG " + path + " (disk full?)");
+}
+
+void write_npy(const std::string& path, const torch::Tensor& array) {
+  const torch::Tensor values = array.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  std::string shape;  // "H, W"; a 1-D shape is "N," as a Python tuple
+  for (int64_t d = 0; d < values.dim(); ++d)
+    shape += (d > 0 ? ", " : "") + std::to_string(values.size(d));
+  if (values.dim() == 1) shape += ",";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
+  // Magic (6) + version (2) + header length (2) + header + '\n', padded to a multiple of 64.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xFF);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
+            static_cast<std::streamsize>(values.numel() * sizeof(float)));
+  if (!out) throw UserError("cannot write " + path + " (check that the folder exists and is writable)");
 }
 
 torch::Tensor downscale(const torch::Tensor& image, int factor) {

@@ -5,6 +5,8 @@
 #include <torch/types.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::data {
 
@@ -22,6 +24,14 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
 void write_png_unit(const std::string& path, const torch::Tensor& image);
 // The PNG file bytes of a rendered image as write_png_unit writes it (RGB, 8 bits).
 std::string encode_png_unit(const torch::Tensor& image);
+// Writes a 16-bit greyscale PNG (libpng) of `values` float [H, W] scaled so that `full_scale`
+// is 65535 (values clamped to [0, full_scale], rounded), with the text chunks `text` (key, value)
+// in its header. Throws UserError when the file cannot be written.
+void write_png16(const std::string& path, const torch::Tensor& values, double full_scale,
+                 const std::vector<std::pair<std::string, std::string>>& text = {});
+// Writes `array` (float32, any shape, C order) as a NumPy .npy file (format 1.0), which
+// numpy.load reads. Throws UserError when the file cannot be written.
+void write_npy(const std::string& path, const torch::Tensor& array);
 // Box-filter downscale of uint8 [H, W] or [H, W, C] by `factor` (H and W are divided, rounding
 // down; the last partial block is dropped).
 torch::Tensor downscale(const torch::Tensor& image, int factor);

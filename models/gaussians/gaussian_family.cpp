@@ -86,6 +86,19 @@ torch::Tensor GaussianFamily::render_camera(const data::Camera& camera, int64_t 
   return trainer_.render_camera(camera, sh_degree(step)).to(torch::kCPU).clamp(0, 1);
 }
 
+ViewOutputs GaussianFamily::render_outputs(const data::Camera& camera, int64_t step) {
+  ViewOutputs out;
+  out.rgb = render_camera(camera, step);
+  // Blended with the colours (depth, 1, 0) over a black background: sum w z and sum w.
+  const torch::Tensor blended = trainer_.render_depth_alpha(camera).to(torch::kCPU);
+  out.alpha = blended.select(2, 1).clamp(0, 1).contiguous();
+  const torch::Tensor alpha = blended.select(2, 1);
+  out.depth = torch::where(alpha > 0, blended.select(2, 0) / alpha.clamp_min(1e-12),
+                           torch::zeros_like(alpha))
+                  .contiguous();
+  return out;
+}
+
 int GaussianFamily::sh_degree(int64_t step) const {
   return trainer_.sh_degree_at(std::max<int64_t>(step - 1, 0));  // that of the step's last step
 }

@@ -33,6 +33,7 @@ class GaussianFamily : public ModelFamily, public ViewRenderer {
   EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
                       const ImageSink& on_image) override;
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  ViewOutputs render_outputs(const data::Camera& camera, int64_t step) override;
   ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;

@@ -121,6 +121,9 @@ class GaussianTrainer {
   // Collective.
   torch::Tensor render(int64_t camera_index, int sh_degree = -1);
   torch::Tensor render_camera(const data::Camera& camera, int sh_degree = -1);  // e.g. an orbit's
+  // The view blended with each Gaussian's colour replaced by (view-space depth z, 1, 0) over a
+  // black background: [H, W, 3] holding sum_i w_i z_i, sum_i w_i (the alpha) and 0. Collective.
+  torch::Tensor render_depth_alpha(const data::Camera& camera);
 
   // Mean PSNR and SSIM over the dataset views `views` (clamped renders at resolution_scale vs the
   // targets composited over the background, resized to the render's size). `on_image` (if set)
@@ -185,8 +188,11 @@ class GaussianTrainer {
     torch::Tensor received;              // [R, 10] the exchanged rows (the backward hook)
   };
   // Renders the views with the sharded pipeline: per view, the full image on every rank.
+  // `depth_alpha`: each Gaussian's colour is (its view-space depth, 1, 0) and the background
+  // black (render_depth_alpha).
   std::vector<torch::Tensor> forward(const std::vector<data::Camera>& cameras, int sh_degree,
-                                     double scale, bool grad, Batch* batch);
+                                     double scale, bool grad, Batch* batch,
+                                     bool depth_alpha = false);
   // Epochs of the view sampling schedule, found by iterating from step 0 (cached).
   struct ViewEpoch {
     int64_t index = 0, first_step = 0, steps = 1, pool = 1;

@@ -129,7 +129,7 @@ torch::Tensor pixel_mask(const torch::Tensor& tile_mask, int64_t width, int64_t 
 
 std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Camera>& views,
                                                     int sh_degree, double scale, bool grad,
-                                                    Batch* batch) {
+                                                    Batch* batch, bool depth_alpha) {
   namespace dist = distributed;
   const torch::Device device = params_.means.device();
   const int64_t ts = options_.tile_size;
@@ -155,7 +155,10 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     const torch::Tensor centre = torch::tensor({cam.centre[0], cam.centre[1], cam.centre[2]},
                                                params_.means.options().requires_grad(false));
     const torch::Tensor colors =
-        kernels::spherical_harmonics(sh_degree, params_.means - centre, coeffs);  // [n, 3]
+        depth_alpha ? torch::stack({proj.depths, torch::ones_like(proj.depths),
+                                    torch::zeros_like(proj.depths)},
+                                   1)
+                    : kernels::spherical_harmonics(sh_degree, params_.means - centre, coeffs);
     rows.push_back(torch::cat({proj.means2d, proj.conics, colors, opacities.unsqueeze(1),
                                proj.depths.unsqueeze(1)},
                               1));  // [n, 10]
@@ -209,6 +212,7 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   phases_.lap("exchange");
 
   const torch::Tensor my_tiles = partition.mask(comm_.rank());  // [T] bool
+  const torch::Tensor background = depth_alpha ? torch::zeros_like(background_) : background_;
   std::vector<torch::Tensor> partials;
   for (int64_t b = 0; b < b_count; ++b) {
     const RenderCamera& cam = cams[b];
@@ -247,12 +251,12 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
       phases_.lap("bin");
       const torch::autograd::variable_list in = RasterInputsFunction::apply(r);
       const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
-          in[0], in[1], in[2], in[3], background_, bins.tile_offsets, bins.gaussian_ids,
+          in[0], in[1], in[2], in[3], background, bins.tile_offsets, bins.gaussian_ids,
           cam.width, cam.height, ts);
       partial = raster.colors * pixels;
       phases_.lap("rasterize");
     } else {
-      partial = background_.view({1, 1, 3}).expand({cam.height, cam.width, 3}) * pixels;
+      partial = background.view({1, 1, 3}).expand({cam.height, cam.width, 3}) * pixels;
     }
     partials.push_back(partial.reshape({-1}));
   }
@@ -290,6 +294,11 @@ torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera, int sh_
   torch::NoGradGuard no_grad;
   if (sh_degree < 0) sh_degree = sh_degree_at(steps_done_ > 0 ? steps_done_ - 1 : 0);
   return forward({camera}, sh_degree, options_.resolution_scale, false, nullptr)[0];
+}
+
+torch::Tensor GaussianTrainer::render_depth_alpha(const data::Camera& camera) {
+  torch::NoGradGuard no_grad;
+  return forward({camera}, 0, options_.resolution_scale, false, nullptr, /*depth_alpha=*/true)[0];
 }
 
 GaussianTrainer::EvalScores GaussianTrainer::evaluate(

@@ -67,6 +67,7 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // Renders any camera (e.g. an orbit around the scene), with the scene's near/far: float32
   // [H, W, 3] on the CPU, rows split across ranks. Collective.
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  ViewOutputs render_outputs(const data::Camera& camera, int64_t step) override;
   ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;
@@ -116,6 +117,9 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   void after_update(const StepControl& control) override;
 
  private:
+  // A camera's pixels, rows split across ranks and gathered on every rank: [H, W, 3] colour
+  // (unclamped), or with `geometry` [H, W, 5]: colour, expected z-depth, opacity (ViewOutputs).
+  torch::Tensor render_columns(const data::Camera& camera, int64_t step, bool geometry);
   std::unique_ptr<Model> owned_model_;  // set by the owning constructor
   distributed::ProcessContext& context_;
   distributed::Communicator& comm_;

@@ -10,6 +10,19 @@ torch::Tensor RayTrainer::render_view(size_t index, int64_t step) {
 }
 
 torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
+  return render_columns(cam, step, false).slice(2, 0, 3).clamp(0.0, 1.0);
+}
+
+ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
+  const torch::Tensor all = render_columns(cam, step, true);
+  ViewOutputs out;
+  out.rgb = all.slice(2, 0, 3).clamp(0.0, 1.0);
+  out.alpha = all.select(2, 4).clamp(0.0, 1.0).contiguous();
+  out.depth = all.select(2, 3).contiguous();
+  return out;
+}
+
+torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, bool geometry) {
   const int64_t h = cam.height, w = cam.width;
   // This rank's block of rows.
   const int64_t row0 = h * comm_.rank() / comm_.size(), row1 = h * (comm_.rank() + 1) / comm_.size();
@@ -21,6 +34,12 @@ torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
   const auto& bg = scene_.meta().background;
   all.background = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
                                   static_cast<float>(bg[2])}).to(device_);
+  // The camera's optical axis in the world: the third column of camera_to_world (OpenCV, z
+  // forward).
+  const auto& m = cam.camera_to_world;
+  const torch::Tensor forward_axis =
+      torch::tensor({static_cast<float>(m[2]), static_cast<float>(m[6]), static_cast<float>(m[10])})
+          .to(device_);
   StepContext ctx;
   ctx.step = step;
   ctx.seed = options_.seed;
@@ -37,12 +56,26 @@ torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
     rays.far = torch::full({m}, static_cast<float>(scene_.meta().far), device_);
     rays.background = all.background;
     rays.ray_ids = torch::arange(row0 * w + b, row0 * w + b + m, torch::kInt64).to(device_);
-    parts.push_back(model_.render(rays, ctx).rgb.to(torch::kFloat32));
+    const RenderResult r = model_.render(rays, ctx);
+    if (!geometry) {
+      parts.push_back(r.rgb.to(torch::kFloat32));
+      continue;
+    }
+    // Expected z-depth: (sum w t / sum w) along the unit ray, times the ray's cosine to the
+    // optical axis; 0 where nothing was hit.
+    const torch::Tensor opacity = r.opacity.to(torch::kFloat32);
+    const torch::Tensor cosine = (rays.directions * forward_axis).sum(1);
+    const torch::Tensor depth = torch::where(
+        opacity > 0, r.depth.to(torch::kFloat32) / opacity.clamp_min(1e-12) * cosine,
+        torch::zeros_like(opacity));
+    parts.push_back(torch::cat({r.rgb.to(torch::kFloat32), depth.unsqueeze(1),
+                                opacity.unsqueeze(1)}, 1));
   }
-  torch::Tensor mine = parts.empty()
-                           ? torch::zeros({0, 3}, torch::TensorOptions().device(comm_.device()))
-                           : torch::cat(parts, 0).to(comm_.device());
-  return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, 3}).clamp(0.0, 1.0);
+  const int64_t columns = geometry ? 5 : 3;
+  torch::Tensor mine = parts.empty() ? torch::zeros({0, columns},
+                                                    torch::TensorOptions().device(comm_.device()))
+                                     : torch::cat(parts, 0).to(comm_.device());
+  return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, columns});
 }
 
 EvalScores RayTrainer::evaluate(int64_t step, const std::vector<size_t>& views,
