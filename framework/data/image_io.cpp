@@ -82,8 +82,6 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
     throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
 }
 
-namespace {
-
 torch::Tensor unit_to_bytes(const torch::Tensor& image) {
   return (image.detach().to(torch::kCPU, torch::kFloat32) * 255.0f)
       .round()
@@ -91,6 +89,8 @@ torch::Tensor unit_to_bytes(const torch::Tensor& image) {
       .to(torch::kUInt8)
       .contiguous();
 }
+
+namespace {
 
 void append_bytes(void* context, void* data, int size) {
   static_cast<std::string*>(context)->append(static_cast<const char*>(data),

@@ -19,8 +19,11 @@ struct LoadedImage {
 LoadedImage read_image_file(const std::string& path);
 // Writes PNG; rgb uint8 [H, W, 3], alpha uint8 [H, W] or undefined. Throws on failure.
 void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha = {});
+// A rendered image, float with values in [0, 1], as 8 bits per value: times 255, rounded,
+// clamped; uint8, contiguous, on the CPU.
+torch::Tensor unit_to_bytes(const torch::Tensor& image);
 // Writes a rendered image, float [H, W, 3] with values in [0, 1] (clamped), as an 8-bit PNG
-// (each value times 255, rounded).
+// (unit_to_bytes).
 void write_png_unit(const std::string& path, const torch::Tensor& image);
 // The PNG file bytes of a rendered image as write_png_unit writes it (RGB, 8 bits).
 std::string encode_png_unit(const torch::Tensor& image);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/data/image_io.h"
 
 extern char** environ;
 
@@ -98,11 +99,7 @@ void VideoWriter::add_frame(const torch::Tensor& image) {
   if (image.dim() != 3 || image.size(0) != height_ || image.size(1) != width_ || image.size(2) != 3)
     throw std::invalid_argument("VideoWriter::add_frame: a frame of another size than " +
                                 std::to_string(width_) + "x" + std::to_string(height_));
-  const torch::Tensor bytes = (image.detach().to(torch::kCPU, torch::kFloat32) * 255.0f)
-                                  .round()
-                                  .clamp(0, 255)
-                                  .to(torch::kUInt8)
-                                  .contiguous();
+  const torch::Tensor bytes = unit_to_bytes(image);
   const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
   size_t left = static_cast<size_t>(bytes.numel());
   // A dead ffmpeg must give EPIPE here, not a SIGPIPE that ends the process.

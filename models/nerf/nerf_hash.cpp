@@ -206,11 +206,14 @@ kernels::RayMarchOutput select_samples(const kernels::RayMarchOutput& march, con
 
 torch::Tensor NerfHash::encode(const torch::Tensor& unit) const {
   auto enc = kernels::hash_encoding(unit, embeddings_, encoding_);
-  if (level_weights_.defined()) enc = enc * level_weights_.to(enc.device());
+  if (level_weights_.defined()) enc = enc * level_weights_;
   return enc;
 }
 
 void NerfHash::set_step(int64_t step) {
+  if (step == weights_step_ && total_steps_ == weights_total_steps_) return;  // every render call
+  weights_step_ = step;
+  weights_total_steps_ = total_steps_;
   const int levels = options_.levels;
   const double ramp = static_cast<double>(options_.coarse_to_fine) * static_cast<double>(total_steps_);
   const double start = std::ceil(levels / 3.0);
@@ -221,7 +224,7 @@ void NerfHash::set_step(int64_t step) {
   }
   auto weights = torch::empty({levels, options_.features_per_level}, torch::kFloat32);
   for (int l = 0; l < levels; ++l) weights[l].fill_(std::clamp(on - l, 0.0, 1.0));
-  level_weights_ = weights.reshape({-1});
+  level_weights_ = weights.reshape({-1}).to(context_.device);
 }
 
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {

@@ -127,10 +127,13 @@ class NerfHash : public Model {
   int auto_finest_resolution() const;
   // The hash encoding of points in the grid's [0, 1]^3, times the coarse-to-fine level weights.
   torch::Tensor encode(const torch::Tensor& unit) const;
-  // The level weights at `step` of total_steps_ (undefined when every level is fully on).
+  // The level weights at `step` of total_steps_ (undefined when every level is fully on); kept
+  // until the step or the plan changes. render() and after_step() set them, and density() and
+  // grid_density() encode with the weights of the step last set.
   void set_step(int64_t step);
-  torch::Tensor level_weights_;  // [L * F] float32 on the CPU, or undefined
+  torch::Tensor level_weights_;  // [L * F] float32 on the model's device, or undefined
   int64_t total_steps_ = 0;
+  int64_t weights_step_ = -1, weights_total_steps_ = -1;  // what level_weights_ was built for
   // Finest cells per pixel footprint. Measured: at 1 a 70-view 302x403 capture lost 1.1 dB
   // against 1.3, at ~5 a 36-view 96x96 scene fitted each training ray on cells of its own
   // (docs/nerf.md, "Generalizing to new views"); 1.5 is within both.

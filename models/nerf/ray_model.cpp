@@ -12,24 +12,21 @@ namespace tessera::models::nerf {
 ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Device device) {
   const data::SceneMeta& meta = scene.meta();
   ModelContext context;
-  bool first = true;
-  for (const data::Camera& camera : scene.cameras()) {
-    for (int a = 0; a < 3; ++a) {
-      const double c = camera.camera_to_world[4 * a + 3];
-      context.camera_bounds[a] = first ? c : std::min(context.camera_bounds[a], c);
-      context.camera_bounds[a + 3] = first ? c : std::max(context.camera_bounds[a + 3], c);
-    }
-    first = false;
-  }
   context.scene_bounds = meta.scene_bounds;
   const auto& b = meta.scene_bounds;
+  // The box of the camera centers, and each camera's pixel footprint at the box's center.
+  bool first = true;
   std::vector<double> footprints;
   for (const data::Camera& camera : scene.cameras()) {
     double d2 = 0;
     for (int a = 0; a < 3; ++a) {
-      const double d = camera.camera_to_world[4 * a + 3] - 0.5 * (b[a] + b[a + 3]);
+      const double c = camera.camera_to_world[4 * a + 3];
+      context.camera_bounds[a] = first ? c : std::min(context.camera_bounds[a], c);
+      context.camera_bounds[a + 3] = first ? c : std::max(context.camera_bounds[a + 3], c);
+      const double d = c - 0.5 * (b[a] + b[a + 3]);
       d2 += d * d;
     }
+    first = false;
     footprints.push_back(std::sqrt(d2) / std::sqrt(camera.fx * camera.fy));
   }
   if (!footprints.empty()) {
