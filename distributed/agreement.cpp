@@ -51,6 +51,28 @@ void broadcast_string(ProcessContext& context, std::string& text, int root) {
     MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, context.world()));
 }
 
+std::vector<std::string> gather_strings(ProcessContext& context, const std::string& text, int root) {
+  const int size = context.size();
+  const bool is_root = context.rank() == root;
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(is_root ? size : 0), offsets(is_root ? size : 0);
+  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, context.world()));
+  std::string all;
+  if (is_root) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += lengths[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_CHECK(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                        MPI_CHAR, root, context.world()));
+  std::vector<std::string> out;
+  for (int r = 0; is_root && r < size; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
+  return out;
+}
+
 Failure agree_on_failure(ProcessContext& context, const std::string& local, const std::string& what) {
   Watchdog::Scope watch(context.watchdog(), what);
   int first = local.empty() ? context.size() : context.rank();

@@ -1,10 +1,11 @@
 // Agreement helpers: checks that every rank holds the same value (an allreduce of min and max
 // over the control plane), used for configs, schedules and debug-mode step checks; text sent to
-// every rank; and the first failure among the ranks, agreed by all (snapshots, the run lock).
+// every rank or gathered on one; and the first failure among the ranks, agreed by all (snapshots, the run lock).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessera::distributed {
 
@@ -20,6 +21,10 @@ void check_same_on_all_ranks(ProcessContext& context, double value, const std::s
 
 // Rank `root`'s `text` on every rank (replaced in place). Collective.
 void broadcast_string(ProcessContext& context, std::string& text, int root);
+
+// Every rank's `text` on rank `root`, in rank order (an empty vector on the other ranks).
+// Collective, over the control plane.
+std::vector<std::string> gather_strings(ProcessContext& context, const std::string& text, int root);
 
 // The first failing rank and its message, the same on every rank; rank -1 when none failed.
 struct Failure {

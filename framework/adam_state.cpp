@@ -56,4 +56,23 @@ void read_adam_params(const SnapshotReader& reader, const NamedParams& params,
   }
 }
 
+MemoryParts adam_memory_parts(torch::optim::Adam& adam) {
+  std::vector<torch::Tensor> params, grads, moments;
+  for (const auto& group : adam.param_groups())
+    for (const auto& p : group.params()) {
+      params.push_back(p);
+      // The step's gradient, as large as its parameter, whether or not it is kept between steps
+      // (zero_grad frees it): it is part of every step's peak.
+      if (p.requires_grad()) grads.push_back(p);
+      if (const auto* st = adam_state(adam, p)) {
+        moments.push_back(st->exp_avg());
+        moments.push_back(st->exp_avg_sq());
+        moments.push_back(st->max_exp_avg_sq());
+      }
+    }
+  return {{"parameters", tensor_bytes(params)},
+          {"gradients", tensor_bytes(grads)},
+          {"optimizer (Adam)", tensor_bytes(moments)}};
+}
+
 }  // namespace tessera

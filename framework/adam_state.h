@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/memory.h"
 #include "framework/snapshot.h"
 
 namespace tessera {
@@ -25,5 +26,10 @@ void write_adam_params(SnapshotWriter& writer, const NamedParams& params, torch:
 // "the [<family>] keys"), for that message.
 void read_adam_params(const SnapshotReader& reader, const NamedParams& params,
                       torch::optim::Adam& adam, const std::string& settings);
+
+// The bytes of Adam's parameters, their gradients (one per parameter that requires grad, held
+// during each step) and its moments on this rank: "parameters", "gradients", "optimizer (Adam)"
+// (ModelFamily::memory_parts).
+MemoryParts adam_memory_parts(torch::optim::Adam& adam);
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 // global loss by one allreduce, Adam unless the run skips (docs/training_loop.md, "One step").
 #include "framework/data_parallel.h"
 
+#include "framework/adam_state.h"
 #include "framework/fused_adam.h"
 #include "framework/micro_batch.h"
 
@@ -70,5 +71,7 @@ void DataParallelFamily::apply_step(const StepControl& control, bool skipped, St
   after_update(control);
   record.phases = phases_.times();
 }
+
+MemoryParts DataParallelFamily::memory_parts() { return adam_memory_parts(*optimizer_); }
 
 }  // namespace tessera

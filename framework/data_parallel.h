@@ -29,6 +29,7 @@ class DataParallelFamily : public ModelFamily {
   StepRecord forward_backward(const StepControl& control) final;
   std::vector<torch::Tensor> gradients() final;
   void apply_step(const StepControl& control, bool skipped, StepRecord& record) final;
+  MemoryParts memory_parts() override;
 
   torch::optim::Adam& optimizer() { return *optimizer_; }
 

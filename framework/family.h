@@ -18,6 +18,7 @@
 #include "framework/config.h"
 #include "framework/config_schema.h"
 #include "framework/data/scene.h"
+#include "framework/memory.h"
 #include "framework/phase_timer.h"
 
 namespace tessera {
@@ -177,6 +178,10 @@ class ModelFamily {
   virtual std::string stopped_hint() const { return ""; }
   // A line for the summary describing the trained state ("48,129 points"); "" = none.
   virtual std::string describe() { return ""; }
+  // This rank's bytes of the state kept between steps, by kind ("parameters", "gradients",
+  // "optimizer (Adam)", ...: adam_memory_parts); the run's ranks.json and report show the rest of
+  // the rank's peak as activations and workspace. Not collective.
+  virtual MemoryParts memory_parts() { return {}; }
   // The family's fields of the summary record in metrics.jsonl (collective).
   virtual nlohmann::json summary_fields() { return nlohmann::json::object(); }
 };

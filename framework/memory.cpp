@@ -222,4 +222,11 @@ std::string format_bytes(int64_t bytes) {
   return text;
 }
 
+int64_t tensor_bytes(const std::vector<torch::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors)
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
+
 }  // namespace tessera

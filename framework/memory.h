@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -43,6 +45,13 @@ MemoryStats memory_stats(torch::Device device);
 
 // Sets the peak to the current value (CPU) / resets the caching allocator's peaks (CUDA).
 void reset_peak(torch::Device device);
+
+// A rank's memory by kind, in bytes ("parameters", "gradients", "optimizer (Adam)", ...), as
+// ModelFamily::memory_parts reports it for the run's ranks.json and report.
+using MemoryParts = std::vector<std::pair<std::string, int64_t>>;
+
+// Bytes held by the defined tensors of `tensors` (each counted once per tensor, views included).
+int64_t tensor_bytes(const std::vector<torch::Tensor>& tensors);
 
 // "1.50 GiB", "12.0 MiB", "512 B": for logs and plans.
 std::string format_bytes(int64_t bytes);

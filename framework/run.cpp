@@ -163,8 +163,11 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
       char name[64];
       std::snprintf(name, sizeof(name), "step-%08lld-view-%03zu.png",
                     static_cast<long long>(step), view);
-      data::write_png_unit((std::filesystem::path(options_.out_dir) / "renders" / name).string(),
-                           image);
+      const auto renders = std::filesystem::path(options_.out_dir) / "renders";
+      data::write_png_unit((renders / name).string(), image);
+      // The target it was scored against (the run report shows them side by side).
+      std::snprintf(name, sizeof(name), "target-view-%03zu.png", view);
+      data::write_png_unit((renders / name).string(), target);
       if (tensorboard_) {
         std::snprintf(name, sizeof(name), "eval/view_%03zu", view);
         const torch::Tensor pair = torch::cat({image, target}, 1);  // render | target

@@ -132,6 +132,12 @@ class TrainingRun {
   void log_step(const StepRecord& record, const PhaseTimes& phases, const EvalScores* eval,
                 double work_per_s, double steps_per_s);
   void write_summary(const TrainSummary& summary, const std::string& outputs);
+  // RUN_DIR/config.toml: the resolved config this process trains with (rank 0, atomically).
+  void write_config_copy();
+  // RUN_DIR/ranks.json after step `done` (docs/formats.md): each rank's host, device, peak
+  // memory by kind (ModelFamily::memory_parts) and mean seconds per phase since this process
+  // started, gathered on rank 0 and replaced atomically. Collective.
+  void write_ranks(int64_t done);
   // Budgets (run_budget.cpp). The eval views and the train views scored beside them.
   std::pair<std::vector<size_t>, std::vector<size_t>> eval_view_lists() const;
   double now() const;
@@ -173,6 +179,8 @@ class TrainingRun {
   int64_t steps_done_ = 0;
   int64_t consecutive_skips_ = 0;
   bool overfit_warned_ = false;  // the train-eval gap warning is given once per run
+  PhaseTimes run_phases_;        // this rank's seconds per phase, summed over this process's steps
+  int64_t run_phase_steps_ = 0;  // the steps summed in run_phases_
   // Budgets: the most steps (train.steps or the epochs' count); how it was chosen; the clock
   // reading the run's elapsed time counts from; the step times since the last plan (seconds and
   // ModelFamily::step_cost units); the latest seconds per cost unit; the last eval's and

@@ -1,14 +1,18 @@
 // TrainingRun::run and its output: the progress line on stderr, RUN_DIR/metrics.jsonl (one JSON object
 // per logged step, then a summary) and the final line; files are written by rank 0 only.
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "distributed/agreement.h"
 #include "distributed/errors.h"
+#include "distributed/process_context.h"
 #include "framework/learning_check.h"
 #include "framework/log.h"
 #include "framework/memory.h"
@@ -51,6 +55,8 @@ TrainSummary TrainingRun::run() {
   StopSignals signals;
   // A resumed run keeps its records up to the snapshot's step (trainer_run.h).
   metrics_ = open_metrics_log(options_.out_dir, comm_.rank(), steps_done_);
+  if (!options_.out_dir.empty() && comm_.rank() == 0 && !options_.config_toml.empty())
+    write_config_copy();
   if (options_.tensorboard && !options_.out_dir.empty() && comm_.rank() == 0) {
     tensorboard_ = std::make_unique<TensorBoardEventFile>(
         (std::filesystem::path(options_.out_dir) / "tensorboard").string(), steps_done_);
@@ -92,7 +98,11 @@ TrainSummary TrainingRun::run() {
     budget_step(step, now() - step_start);
     until = options_.stop_after >= 0 ? std::min(options_.stop_after, options_.steps)
                                      : options_.steps;
-    for (const auto& [phase, seconds] : last.phases) add_phase(window_phases, phase, seconds);
+    for (const auto& [phase, seconds] : last.phases) {
+      add_phase(window_phases, phase, seconds);
+      add_phase(run_phases_, phase, seconds);
+    }
+    ++run_phase_steps_;
     ++window_steps;
     window_work += last.work;
     run_work += last.work;
@@ -169,8 +179,9 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
                                      torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
   comm_.allreduce(peak, distributed::ReduceOp::Max);
   const int64_t peak_bytes = peak.item<int64_t>();
-  if (comm_.rank() != 0) return;
   const int64_t done = r.step + 1;
+  write_ranks(done);
+  if (comm_.rank() != 0) return;
   const std::string unit = family_.work_unit();
   if (metrics_.is_open() || tensorboard_) {
     nlohmann::json j;
@@ -213,6 +224,64 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
   if (options_.verbose && !phases.empty()) text += " | " + format_phases(phases);
   std::fprintf(stderr, "%s\n", text.c_str());
   spdlog::debug("{}", text);
+}
+
+void TrainingRun::write_config_copy() {
+  const std::filesystem::path path = std::filesystem::path(options_.out_dir) / "config.toml";
+  const std::filesystem::path partial = path.string() + ".partial";
+  {
+    std::ofstream out(partial);
+    out << options_.config_toml;
+    if (!out.flush()) {
+      spdlog::warn("cannot write {}", partial.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) spdlog::warn("cannot write {} ({})", path.string(), ec.message());
+}
+
+void TrainingRun::write_ranks(int64_t done) {
+  if (options_.out_dir.empty()) return;
+  const MemoryStats memory = memory_stats(comm_.device());
+  const distributed::ProcessInfo& info = context_.info();
+  nlohmann::json mine;
+  mine["rank"] = comm_.rank();
+  mine["host"] = info.hostname;
+  mine["device"] = comm_.device().str();
+  mine["threads"] = at::get_num_threads();
+  mine["peak_mem_bytes"] = memory.available ? memory.peak_bytes : -1;
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& [kind, bytes] : family_.memory_parts()) parts.push_back({kind, bytes});
+  mine["memory"] = parts;
+  nlohmann::json phases = nlohmann::json::object();
+  for (const auto& [phase, seconds] : run_phases_)
+    phases[phase] = seconds / static_cast<double>(std::max<int64_t>(run_phase_steps_, 1));
+  mine["phase_s"] = phases;
+  mine["phase_steps"] = run_phase_steps_;
+  const auto all = distributed::gather_strings(context_, mine.dump(), 0);
+  if (comm_.rank() != 0) return;
+  nlohmann::json j;
+  j["step"] = done;
+  j["world_size"] = comm_.size();
+  j["backend"] = distributed::to_string(comm_.backend());
+  j["ranks"] = nlohmann::json::array();
+  for (const auto& text : all) j["ranks"].push_back(nlohmann::json::parse(text));
+  const std::filesystem::path path = std::filesystem::path(options_.out_dir) / "ranks.json";
+  const std::filesystem::path partial = path.string() + ".partial";
+  {
+    std::ofstream out(partial);
+    out << j.dump(1) << '\n';
+    if (!out) {
+      spdlog::warn("cannot write {}; the run report will lack the ranks' memory and phases",
+                   partial.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) spdlog::warn("cannot write {} ({})", path.string(), ec.message());
 }
 
 void TrainingRun::write_summary(const TrainSummary& s, const std::string& outputs) {

@@ -25,6 +25,7 @@ Command add_eval_command(CLI::App& app);     // snapshot_commands.cpp
 Command add_render_command(CLI::App& app);   // snapshot_commands.cpp
 Command add_sample_command(CLI::App& app);   // snapshot_commands.cpp
 Command add_export_command(CLI::App& app);   // export_command.cpp
+Command add_report_command(CLI::App& app);   // report_command.cpp
 
 // The multi-line text of `tessera --version`.
 std::string version_text();

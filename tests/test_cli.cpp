@@ -483,7 +483,7 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   EXPECT_TRUE(contains(r.err, "eval psnr")) << describe(r);
   const std::vector<std::string> records = lines_of(read_file(out_dir + "/metrics.jsonl"));
   ASSERT_GE(records.size(), 2u) << "metrics.jsonl";
-  for (const std::string& key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"sampling_rate\":",
+  for (const char* key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"sampling_rate\":",
                                  "\"rays_per_s\":", "\"peak_mem_bytes\":", "\"psnr\":",
                                  "\"phase_s\":{", "\"sample\":", "\"recompute\":",
                                  "\"skip_check\":"})
@@ -493,10 +493,14 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   EXPECT_TRUE(contains(read_file(out_dir + "/logs/rank-1.log"), "[rank 1]"));
   EXPECT_TRUE(contains(read_file(out_dir + "/logs/rank-0.log"), "1 of 2 segments recomputed"))
       << read_file(out_dir + "/logs/rank-0.log");
-  size_t renders = 0;
-  for (const auto& entry : fs::directory_iterator(out_dir + "/renders"))
-    renders += entry.path().extension() == ".png" ? 1 : 0;
+  size_t renders = 0, targets = 0;
+  for (const auto& entry : fs::directory_iterator(out_dir + "/renders")) {
+    const std::string name = entry.path().filename().string();
+    renders += name.rfind("step-", 0) == 0 ? 1 : 0;
+    targets += name.rfind("target-view-", 0) == 0 ? 1 : 0;
+  }
   EXPECT_EQ(renders, 1u) << "one eval view at the end";
+  EXPECT_EQ(targets, 1u) << "and the target it was scored against";
   // A radiance field has no samples to draw.
   const CommandResult sample = tessera(
       {"sample", out_dir + "/snapshots/step-00000006.h5", "--out", temp_path("samples")});

@@ -220,7 +220,9 @@ TEST(ConfigFile, EveryShippedConfigLoadsAndPassesItsModelsChecks) {
     Config c;
     ASSERT_NO_THROW(c = load_config(path)) << error_of([&] { load_config(path); });
     const FamilyInfo& family = families().get(c.model.name, path);
-    if (family.check_config) EXPECT_NO_THROW(family.check_config(c));
+    if (family.check_config) {
+      EXPECT_NO_THROW(family.check_config(c));
+    }
     ++count;
   }
   EXPECT_GE(count, 5) << "demo_nerf, demo_gaussians, demo_diffusion, capture_nerf, capture_gaussians";

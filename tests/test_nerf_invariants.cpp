@@ -244,7 +244,9 @@ TEST_P(NerfInvariantsByModel, Bf16AutocastTrainsOnTheCpu) {
     const StepRecord a = reference.train_step(t), b = mixed.train_step(t);
     EXPECT_FALSE(b.skipped) << "step " << t;
     ASSERT_TRUE(std::isfinite(b.loss)) << "step " << t;
-    if (t == 0) EXPECT_NEAR(b.loss, a.loss, 0.03 * a.loss) << "bf16 " << b.loss << " fp32 " << a.loss;
+    if (t == 0) {
+      EXPECT_NEAR(b.loss, a.loss, 0.03 * a.loss) << "bf16 " << b.loss << " fp32 " << a.loss;
+    }
   }
   const torch::Tensor got = concat_params(*bf16), want = concat_params(*fp32);
   EXPECT_TRUE(torch::isfinite(got).all().item<bool>());

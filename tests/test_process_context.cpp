@@ -97,7 +97,9 @@ TEST(ProcessContext, ThreadShare) {
   EXPECT_EQ(share, ProcessContext::thread_share(info.mask_cores, info.mask_sharers));
   EXPECT_EQ(torch::get_num_threads(), share);
   // The ranks sharing this rank's cores use no more threads than there are cores.
-  if (info.mask_cores >= info.mask_sharers) EXPECT_LE(share * info.mask_sharers, info.mask_cores);
+  if (info.mask_cores >= info.mask_sharers) {
+    EXPECT_LE(share * info.mask_sharers, info.mask_cores);
+  }
 }
 
 // The share for each way a launcher binds: none (every rank sees all cores), a core or a few

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "distributed/errors.h"
+#include "framework/adam_state.h"
 #include "framework/learning_check.h"
 #include "framework/run.h"
 #include "framework/snapshot.h"
@@ -133,6 +134,8 @@ std::string GaussianFamily::describe() {
 nlohmann::json GaussianFamily::summary_fields() {
   return {{"gaussians", trainer_.global_count()}, {"ply", ply_}};
 }
+
+MemoryParts GaussianFamily::memory_parts() { return adam_memory_parts(trainer_.optimizer()); }
 
 namespace {
 

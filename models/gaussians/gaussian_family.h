@@ -45,6 +45,7 @@ class GaussianFamily : public ModelFamily, public ViewRenderer {
     return " (`tessera export SNAPSHOT --ply OUT.ply` writes its Gaussians)";
   }
   nlohmann::json summary_fields() override;
+  MemoryParts memory_parts() override;
   // An epoch: the train views, gaussians.views_per_step at a time; the schedules scale with
   // the plan (GaussianTrainer::set_total_steps); a step costs its pixels, an eval view a third
   // of a full-resolution training view (no backward).

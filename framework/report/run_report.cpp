@@ -1,0 +1,273 @@
+// The run report page (framework/report/run_report.h): the run's files gathered into one JSON
+// object, embedded into the page template.
+#include "framework/report/run_report.h"
+
+#include <torch/types.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <toml++/toml.h>
+#include <vector>
+
+#include "distributed/errors.h"
+#include "framework/data/import.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) |
+                       (static_cast<uint8_t>(bytes[i + 1]) << 8) | static_cast<uint8_t>(bytes[i + 2]);
+    out += digits[v >> 18];
+    out += digits[(v >> 12) & 63];
+    out += digits[(v >> 6) & 63];
+    out += digits[v & 63];
+  }
+  if (i < bytes.size()) {
+    const bool two = i + 1 < bytes.size();
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) |
+                       (two ? static_cast<uint8_t>(bytes[i + 1]) << 8 : 0);
+    out += digits[v >> 18];
+    out += digits[(v >> 12) & 63];
+    out += two ? digits[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::string png_uri(const fs::path& path) {
+  return "data:image/png;base64," + base64(read_text(path));
+}
+
+// `count` of `n` indices spread evenly, always with the last (ascending).
+std::vector<size_t> spread(size_t n, size_t count) {
+  std::vector<size_t> picked;
+  if (n == 0 || count == 0) return picked;
+  if (count >= n) {
+    for (size_t i = 0; i < n; ++i) picked.push_back(i);
+    return picked;
+  }
+  for (size_t k = 0; k < count; ++k) {
+    const size_t i = count == 1 ? n - 1 : (n - 1) * k / (count - 1);
+    if (picked.empty() || picked.back() != i) picked.push_back(i);
+  }
+  return picked;
+}
+
+// The warnings and errors of the ranks' logs (RUN_DIR/logs/rank-*.log), at most `limit`.
+nlohmann::json log_warnings(const fs::path& logs, size_t limit) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!fs::is_directory(logs)) return out;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(logs))
+    if (entry.path().extension() == ".log") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line) && out.size() < limit)
+      if (line.find("] [warning] ") != std::string::npos ||
+          line.find("] [error] ") != std::string::npos ||
+          line.find("] [critical] ") != std::string::npos)
+        out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+ReportSummary write_run_report(const ReportOptions& options,
+                               const std::function<void(const std::string&)>& progress) {
+  const auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  const fs::path dir = options.run_dir;
+  if (!fs::is_directory(dir))
+    throw UserError(options.run_dir + " is not a folder; give the run's folder (run.out_dir)");
+  const fs::path metrics_path = dir / "metrics.jsonl";
+  if (!fs::is_regular_file(metrics_path))
+    throw UserError(options.run_dir + " has no metrics.jsonl, so it is not a run folder: give "
+                    "the run.out_dir of a `tessera train` run");
+  ReportSummary summary;
+  summary.path = options.out.empty() ? (dir / "report.html").string() : options.out;
+  const fs::path out_path = summary.path;
+  if (!out_path.parent_path().empty() && !fs::is_directory(out_path.parent_path()))
+    throw UserError("cannot write " + summary.path + ": its folder does not exist");
+
+  nlohmann::json data;
+  data["run_dir"] = fs::absolute(dir).lexically_normal().string();
+  data["name"] = fs::absolute(dir).lexically_normal().filename().string();
+  {
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    char stamp[64];
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
+    data["generated"] = stamp;
+  }
+
+  // The records: steps in order; a resumed run's file holds each step once (trainer_run.h).
+  say("metrics.jsonl");
+  nlohmann::json records = nlohmann::json::array();
+  nlohmann::json run_summary;
+  {
+    std::ifstream in(metrics_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) {
+        ++summary.skipped_lines;
+        continue;
+      }
+      if (j.value("summary", false)) run_summary = j;
+      else records.push_back(std::move(j));
+    }
+  }
+  summary.records = static_cast<int64_t>(records.size());
+  data["records"] = records;
+  data["summary"] = run_summary;
+
+  // The resolved config (written at the start of each process of the run).
+  const fs::path config_path = dir / "config.toml";
+  if (fs::is_regular_file(config_path)) {
+    const std::string text = read_text(config_path);
+    data["config"] = text;
+    try {
+      const toml::table table = toml::parse(text);
+      if (auto name = table["run"]["name"].value<std::string>()) data["name"] = *name;
+      if (auto model = table["model"]["name"].value<std::string>()) data["model"] = *model;
+    } catch (const toml::parse_error&) {
+    }
+  }
+
+  say("ranks.json");
+  const fs::path ranks_path = dir / "ranks.json";
+  if (fs::is_regular_file(ranks_path)) {
+    nlohmann::json ranks = nlohmann::json::parse(read_text(ranks_path), nullptr, false);
+    if (!ranks.is_discarded() && ranks.is_object()) {
+      summary.ranks = static_cast<int64_t>(ranks.value("ranks", nlohmann::json::array()).size());
+      data["ranks"] = ranks;
+    }
+  }
+
+  // Eval renders: renders/step-SSSSSSSS-view-VVV.png beside renders/target-view-VVV.png.
+  say("renders");
+  std::map<int64_t, std::map<int64_t, fs::path>> renders;  // step -> view -> file
+  std::map<int64_t, fs::path> targets;
+  const fs::path render_dir = dir / "renders";
+  if (fs::is_directory(render_dir)) {
+    const std::regex render_name(R"(step-(\d+)-view-(\d+)\.png)");
+    const std::regex target_name(R"(target-view-(\d+)\.png)");
+    for (const auto& entry : fs::directory_iterator(render_dir)) {
+      const std::string name = entry.path().filename().string();
+      std::smatch m;
+      if (std::regex_match(name, m, render_name))
+        renders[std::stoll(m[1])][std::stoll(m[2])] = entry.path();
+      else if (std::regex_match(name, m, target_name))
+        targets[std::stoll(m[1])] = entry.path();
+    }
+  }
+  std::vector<int64_t> steps;
+  for (const auto& [step, views] : renders) steps.push_back(step);
+  nlohmann::json evals = nlohmann::json::array();
+  nlohmann::json target_uris = nlohmann::json::object();
+  for (size_t i : spread(steps.size(), static_cast<size_t>(std::max<int64_t>(options.eval_steps, 0)))) {
+    nlohmann::json views = nlohmann::json::array();
+    for (const auto& [view, file] : renders[steps[i]]) {
+      views.push_back({{"view", view}, {"render", png_uri(file)}});
+      ++summary.images;
+      const std::string key = std::to_string(view);
+      if (!target_uris.contains(key) && targets.count(view)) {
+        target_uris[key] = png_uri(targets[view]);
+        ++summary.images;
+      }
+    }
+    evals.push_back({{"step", steps[i]}, {"views", views}});
+  }
+  summary.eval_steps = static_cast<int64_t>(evals.size());
+  data["evals"] = evals;
+  data["targets"] = target_uris;
+
+  // Samples of a generative family: samples/sample-NNNN.ply, up to sample_points points each.
+  say("samples");
+  nlohmann::json samples = nlohmann::json::array();
+  const fs::path sample_dir = dir / "samples";
+  if (fs::is_directory(sample_dir)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(sample_dir))
+      if (entry.path().extension() == ".ply") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    if (files.size() > static_cast<size_t>(std::max<int64_t>(options.samples, 0)))
+      files.resize(static_cast<size_t>(options.samples));
+    for (const auto& file : files) {
+      const auto [xyz, rgb] = data::read_ply_points(file.string());
+      const int64_t n = xyz.size(0);
+      const auto picked = spread(static_cast<size_t>(n), static_cast<size_t>(options.sample_points));
+      const auto p = xyz.to(torch::kFloat64).contiguous();
+      const auto c = rgb.to(torch::kUInt8).contiguous();
+      const double* pv = p.data_ptr<double>();
+      const uint8_t* cv = c.data_ptr<uint8_t>();
+      nlohmann::json points = nlohmann::json::array();
+      for (size_t i : picked) {
+        for (int k = 0; k < 3; ++k) points.push_back(std::round(pv[i * 3 + k] * 1e4) / 1e4);
+        for (int k = 0; k < 3; ++k) points.push_back(cv[i * 3 + k]);
+      }
+      samples.push_back({{"name", file.filename().string()}, {"count", n}, {"points", points}});
+    }
+  }
+  summary.samples = static_cast<int64_t>(samples.size());
+  data["samples"] = samples;
+  data["warnings"] = log_warnings(dir / "logs", 50);
+
+  // Into the page: "</" escaped so that no string in the data can end the script element.
+  std::string json = data.dump();
+  std::string escaped;
+  escaped.reserve(json.size() + json.size() / 64);
+  for (size_t i = 0; i < json.size(); ++i) {
+    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') escaped += "<\\";
+    else escaped += json[i];
+  }
+  std::string page = report_page_template();
+  const std::string placeholder = "TESSERA_REPORT_DATA";
+  const size_t at = page.find(placeholder);
+  if (at == std::string::npos) throw std::logic_error("report page template has no data placeholder");
+  page.replace(at, placeholder.size(), escaped);
+
+  say("writing " + summary.path);
+  const fs::path partial = summary.path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out << page;
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(partial, ec);
+      throw UserError("cannot write " + partial.string() + " (disk full or no permission)");
+    }
+  }
+  fs::rename(partial, out_path);
+  summary.bytes = static_cast<int64_t>(page.size());
+  return summary;
+}
+
+}  // namespace tessera
