@@ -36,8 +36,7 @@ Command add_report_command(CLI::App& app) {
       ->default_val(options->sample_points)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   return {sub, [options] {
-            const ReportSummary s = write_run_report(
-                *options, [](const std::string& line) { std::fprintf(stderr, "report: %s\n", line.c_str()); });
+            const ReportSummary s = write_run_report(*options);
             std::printf("wrote %s (%s): %lld logged steps, %lld eval steps with %lld images, "
                         "%lld samples, %lld ranks; open it in a browser\n",
                         s.path.c_str(), format_bytes(s.bytes).c_str(),

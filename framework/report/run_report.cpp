@@ -98,11 +98,7 @@ nlohmann::json log_warnings(const fs::path& logs, size_t limit) {
 
 }  // namespace
 
-ReportSummary write_run_report(const ReportOptions& options,
-                               const std::function<void(const std::string&)>& progress) {
-  const auto say = [&](const std::string& line) {
-    if (progress) progress(line);
-  };
+ReportSummary write_run_report(const ReportOptions& options) {
   const fs::path dir = options.run_dir;
   if (!fs::is_directory(dir))
     throw UserError(options.run_dir + " is not a folder; give the run's folder (run.out_dir)");
@@ -127,7 +123,6 @@ ReportSummary write_run_report(const ReportOptions& options,
   }
 
   // The records: steps in order; a resumed run's file holds each step once (trainer_run.h).
-  say("metrics.jsonl");
   nlohmann::json records = nlohmann::json::array();
   nlohmann::json run_summary;
   {
@@ -161,7 +156,6 @@ ReportSummary write_run_report(const ReportOptions& options,
     }
   }
 
-  say("ranks.json");
   const fs::path ranks_path = dir / "ranks.json";
   if (fs::is_regular_file(ranks_path)) {
     nlohmann::json ranks = nlohmann::json::parse(read_text(ranks_path), nullptr, false);
@@ -172,7 +166,6 @@ ReportSummary write_run_report(const ReportOptions& options,
   }
 
   // Eval renders: renders/step-SSSSSSSS-view-VVV.png beside renders/target-view-VVV.png.
-  say("renders");
   std::map<int64_t, std::map<int64_t, fs::path>> renders;  // step -> view -> file
   std::map<int64_t, fs::path> targets;
   const fs::path render_dir = dir / "renders";
@@ -210,7 +203,6 @@ ReportSummary write_run_report(const ReportOptions& options,
   data["targets"] = target_uris;
 
   // Samples of a generative family: samples/sample-NNNN.ply, up to sample_points points each.
-  say("samples");
   nlohmann::json samples = nlohmann::json::array();
   const fs::path sample_dir = dir / "samples";
   if (fs::is_directory(sample_dir)) {
@@ -254,7 +246,6 @@ ReportSummary write_run_report(const ReportOptions& options,
   if (at == std::string::npos) throw std::logic_error("report page template has no data placeholder");
   page.replace(at, placeholder.size(), escaped);
 
-  say("writing " + summary.path);
   const fs::path partial = summary.path + ".partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);

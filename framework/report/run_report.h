@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 namespace tessera {
@@ -31,11 +30,10 @@ struct ReportSummary {
   int64_t bytes = 0;           // size of the page
 };
 
-// Reads the run and writes the page atomically (OUT.partial renamed into place). `progress`
-// (when set) is called with a short line per stage. Throws UserError for a folder that is not
-// a run (no metrics.jsonl), with nothing written.
-ReportSummary write_run_report(const ReportOptions& options,
-                               const std::function<void(const std::string&)>& progress = {});
+// Reads the run and writes the page atomically (OUT.partial renamed into place); under a second
+// for a run of thousands of records. Throws UserError for a folder that is not a run (no
+// metrics.jsonl) or an --out in a missing folder, with nothing written.
+ReportSummary write_run_report(const ReportOptions& options);
 
 // The page's template: HTML with the placeholder TESSERA_REPORT_DATA where the run's JSON goes
 // (report_page.html, embedded at build time).
