@@ -102,6 +102,9 @@ class ViewRenderer {
   virtual torch::Tensor render_camera(const data::Camera& camera, int64_t step) = 0;
   // The same view with its depth and alpha, on every rank. Collective.
   virtual ViewOutputs render_outputs(const data::Camera& camera, int64_t step) = 0;
+  // How the ranks share a render, for `tessera render` and `eval` to say so: e.g. "23683
+  // Gaussians sharded over 4 ranks (at most 5921 on one)". Collective.
+  virtual std::string render_layout() = 0;
 };
 
 // A generative family: `tessera sample`.

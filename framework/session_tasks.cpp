@@ -21,6 +21,7 @@ nlohmann::json evaluate_splits(const Session& run, const std::string& split, int
   nlohmann::json result;
   result["model"] = run.config.model.name;
   result["ranks"] = run.comm->size();
+  if (ViewRenderer* renderer = run.family->view_renderer()) result["layout"] = renderer->render_layout();
   for (const std::string& name : splits) {
     const std::vector<size_t> views = run.dataset->indices(data::parse_split(name, "--split"));
     if (views.empty() && split.empty()) continue;  // the dataset has no such split
@@ -71,6 +72,8 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
                         "); render an --orbit, or PNGs with --out only");
   }
   const bool root = run.comm->rank() == 0;
+  const std::string layout = renderer->render_layout();
+  if (root) std::cerr << "rendering " << views.size() << " views: " << layout << "\n";
   if (root && !request.out.empty()) std::filesystem::create_directories(request.out);
   std::unique_ptr<data::VideoWriter> video;
   const bool geometry = request.depth || request.alpha;

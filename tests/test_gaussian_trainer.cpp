@@ -783,8 +783,9 @@ TEST_F(GaussianTrainerTest, RunSkipsANonFiniteStepOnEveryRank) {
   const torch::Tensor moment_before = moment();
   const StepRecord skipped = run.train_step(2);
   EXPECT_TRUE(skipped.skipped);
-  if (world().rank() != last)
+  if (world().rank() != last) {
     EXPECT_EQ(poisoned.local_nonfinite_, 0) << "this rank skipped on the agreed flag alone";
+  }
   const gs::GaussianParams after = family.trainer().canonical_params();
   const auto b = before.fields(), a = after.fields();
   for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(*a[i], *b[i])) << "field " << i;

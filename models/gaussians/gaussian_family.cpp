@@ -135,6 +135,16 @@ nlohmann::json GaussianFamily::summary_fields() {
   return {{"gaussians", trainer_.global_count()}, {"ply", ply_}};
 }
 
+std::string GaussianFamily::render_layout() {
+  const int64_t total = trainer_.global_count();
+  torch::Tensor most =
+      torch::tensor({trainer_.local_count()}, torch::kInt64).to(comm_.device());
+  comm_.allreduce(most, distributed::ReduceOp::Max);
+  return std::to_string(total) + " Gaussians sharded over " + std::to_string(comm_.size()) +
+         " rank(s) (at most " + std::to_string(most.cpu().item<int64_t>()) + " on one), " +
+         "each view's tiles split across them";
+}
+
 MemoryParts GaussianFamily::memory_parts() { return adam_memory_parts(trainer_.optimizer()); }
 
 namespace {

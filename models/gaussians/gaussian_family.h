@@ -34,6 +34,7 @@ class GaussianFamily : public ModelFamily, public ViewRenderer {
                       const ImageSink& on_image) override;
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
   ViewOutputs render_outputs(const data::Camera& camera, int64_t step) override;
+  std::string render_layout() override;
   ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;
   void load_state(const SnapshotReader& reader) override;

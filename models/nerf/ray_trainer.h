@@ -67,6 +67,7 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // Renders any camera (e.g. an orbit around the scene), with the scene's near/far: float32
   // [H, W, 3] on the CPU, rows split across ranks. Collective.
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
+  std::string render_layout() override;
   ViewOutputs render_outputs(const data::Camera& camera, int64_t step) override;
   ViewRenderer* view_renderer() override { return this; }
   void save_state(SnapshotWriter& writer) override;

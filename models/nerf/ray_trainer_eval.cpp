@@ -13,6 +13,11 @@ torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
   return render_columns(cam, step, false).slice(2, 0, 3).clamp(0.0, 1.0);
 }
 
+std::string RayTrainer::render_layout() {
+  return "the model replicated on " + std::to_string(comm_.size()) +
+         " rank(s), each view's rows split across them";
+}
+
 ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
   const torch::Tensor all = render_columns(cam, step, true);
   ViewOutputs out;
