@@ -35,12 +35,20 @@ Command add_report_command(CLI::App& app) {
                   "Points drawn of each sample, spread over its points")
       ->default_val(options->sample_points)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--max-records", options->max_records,
+                  "metrics.jsonl records drawn at most: a longer run's are thinned evenly, every "
+                  "eval record and the last kept (0 = all)")
+      ->default_val(options->max_records)
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   return {sub, [options] {
             const ReportSummary s = write_run_report(*options);
-            std::printf("wrote %s (%s): %lld logged steps, %lld eval steps with %lld images, "
+            const std::string thinned =
+                s.records_shown < s.records ? " (" + std::to_string(s.records_shown) + " drawn)" : "";
+            std::printf("wrote %s (%s): %lld logged steps%s, %lld eval steps with %lld images, "
                         "%lld samples, %lld ranks; open it in a browser\n",
                         s.path.c_str(), format_bytes(s.bytes).c_str(),
-                        static_cast<long long>(s.records), static_cast<long long>(s.eval_steps),
+                        static_cast<long long>(s.records), thinned.c_str(),
+                        static_cast<long long>(s.eval_steps),
                         static_cast<long long>(s.images), static_cast<long long>(s.samples),
                         static_cast<long long>(s.ranks));
             if (s.skipped_lines > 0)

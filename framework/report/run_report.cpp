@@ -140,7 +140,22 @@ ReportSummary write_run_report(const ReportOptions& options) {
     }
   }
   summary.records = static_cast<int64_t>(records.size());
+  // A long run logged often (train.log_every = 1 over 100k steps) would make a page of tens of
+  // MB that draws slowly: past max_records, every k-th record is kept, with every eval record
+  // and the last.
+  if (options.max_records > 0 && static_cast<int64_t>(records.size()) > options.max_records) {
+    const size_t every = (records.size() + options.max_records - 1) / options.max_records;
+    nlohmann::json kept = nlohmann::json::array();
+    for (size_t i = 0; i < records.size(); ++i) {
+      const bool eval = std::any_of(records[i].items().begin(), records[i].items().end(),
+                                    [](const auto& item) { return item.key().rfind("eval_", 0) == 0; });
+      if (i % every == 0 || eval || i + 1 == records.size()) kept.push_back(records[i]);
+    }
+    records = std::move(kept);
+  }
+  summary.records_shown = static_cast<int64_t>(records.size());
   data["records"] = records;
+  data["records_logged"] = summary.records;
   data["summary"] = run_summary;
 
   // The resolved config (written at the start of each process of the run).

@@ -17,11 +17,13 @@ struct ReportOptions {
   int64_t eval_steps = 6;       // eval steps whose renders are embedded: the last and earlier ones spread
   int64_t samples = 8;          // sample point clouds shown (the first ones)
   int64_t sample_points = 2048; // points drawn per sample, spread over its points
+  int64_t max_records = 5000;   // metrics.jsonl records drawn at most (evenly thinned beyond; 0 = all)
 };
 
 struct ReportSummary {
   std::string path;            // the page written
   int64_t records = 0;         // metrics.jsonl step records
+  int64_t records_shown = 0;   // of those, drawn (options.max_records)
   int64_t skipped_lines = 0;   // metrics.jsonl lines that were not JSON (a run writing its last)
   int64_t eval_steps = 0;      // eval steps with renders embedded
   int64_t images = 0;          // PNGs embedded (renders and targets)

@@ -197,6 +197,16 @@ with tempfile.TemporaryDirectory() as work:
     check("1 metrics.jsonl lines were not JSON" in r.stderr, f"running: no note of the partial line: {r.stderr}")
     check_page("running", os.path.join(work, "running"), work, ["loss"], finished=False)
 
+    # A long run's records thinned: every eval record and the last kept, the others evenly.
+    r = run(["report", "gaussians", "--out", "thinned.html", "--max-records", "1"], work)
+    thinned = page_data(open(os.path.join(work, "thinned.html"), encoding="utf-8").read())
+    logged = [json.loads(l) for l in open(os.path.join(work, "gaussians", "metrics.jsonl")) if '"summary"' not in l]
+    kept = [rec["step"] for rec in thinned["records"]]
+    want = [rec["step"] for i, rec in enumerate(logged) if i % len(logged) == 0 or "eval_psnr" in rec or i + 1 == len(logged)]
+    check(kept == want and len(kept) < len(logged) and thinned["records_logged"] == len(logged),
+          f"thinned records {kept}, expected {want} of {len(logged)}")
+    check(f"4 logged steps ({len(want)} drawn)" in r.stdout, f"thinned: {r.stdout}")
+
     # Bad input: exit 2, nothing written.
     os.makedirs(os.path.join(work, "empty"))
     for args, what in [(["report", "missing"], "is not a folder"),
