@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -179,6 +180,32 @@ TEST(ImageIo, PngRoundTripKeepsRgbAndAlpha) {
   const auto rgb = data::read_image_file(tmp / "b.png");
   EXPECT_FALSE(rgb.alpha.defined());
   EXPECT_TRUE(torch::equal(rgb.rgb, pattern(kW, kH, 6)));
+}
+
+// PNG, 16-bit PNG and .npy go through PATH.partial: whole files or none, and no partial left.
+TEST(ImageIo, WritersLeaveWholeFilesOrNone) {
+  TempDir tmp;
+  const auto rgb = pattern(kW, kH, 6);
+  const torch::Tensor values = torch::rand({kH, kW});
+  data::write_png(tmp / "a.png", rgb);
+  data::write_png16(tmp / "a16.png", values, 1.0, {});
+  data::write_npy(tmp / "a.npy", values);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.str())) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a.npy", "a.png", "a16.png"}));
+  EXPECT_TRUE(torch::equal(data::read_image_file(tmp / "a.png").rgb, rgb));
+  // A missing folder: UserError, nothing made.
+  EXPECT_THROW(data::write_png(tmp / "missing/b.png", rgb), tessera::UserError);
+  EXPECT_THROW(data::write_npy(tmp / "missing/b.npy", values), tessera::UserError);
+  EXPECT_THROW(data::write_png16(tmp / "missing/b.png", values, 1.0, {}), tessera::UserError);
+  EXPECT_FALSE(std::filesystem::exists(tmp / "missing"));
+  // The rename fails (a folder in the way): UserError, the partial removed, the folder kept.
+  std::filesystem::create_directories(tmp / "taken.png/inside");
+  EXPECT_THROW(data::write_png(tmp / "taken.png", rgb), tessera::UserError);
+  EXPECT_THROW(data::write_npy(tmp / "taken.png", values), tessera::UserError);
+  EXPECT_FALSE(std::filesystem::exists(tmp / "taken.png.partial"));
+  EXPECT_TRUE(std::filesystem::is_directory(tmp / "taken.png/inside"));
 }
 
 TEST(ImageIo, ReadsJpegAndGreyscalePng) {

@@ -8,7 +8,9 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,6 +66,29 @@ LoadedImage read_image_file(const std::string& path) {
   return image;
 }
 
+namespace {
+
+// The files below are written as PATH.partial and renamed into place, so that a reader (a
+// viewer, a run report, a stopped job's user) sees the whole file or none: `write(partial)`
+// returns false on failure, which removes the partial and throws UserError with `what`.
+void write_whole(const std::string& path, const std::string& what,
+                 const std::function<bool(const std::string& partial)>& write) {
+  const std::string partial = path + ".partial";
+  std::error_code ec;
+  if (!write(partial)) {
+    std::filesystem::remove(partial, ec);
+    throw UserError("cannot write " + what + " " + path +
+                    " (check that the folder exists and is writable, and the free space)");
+  }
+  std::filesystem::rename(partial, path, ec);
+  if (ec) {
+    std::filesystem::remove(partial, ec);
+    throw UserError("cannot write " + what + " " + path + " (" + ec.message() + ")");
+  }
+}
+
+}  // namespace
+
 void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha) {
   if (!rgb.defined() || rgb.dim() != 3 || rgb.size(2) != 3 || rgb.scalar_type() != torch::kUInt8)
     throw std::invalid_argument("write_png " + path + ": rgb must be uint8 [H, W, 3]");
@@ -77,9 +102,10 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
   }
   pixels = pixels.contiguous();
   const int channels = static_cast<int>(pixels.size(2));
-  if (!stbi_write_png(path.c_str(), static_cast<int>(width), static_cast<int>(height), channels,
-                      pixels.data_ptr<uint8_t>(), static_cast<int>(width) * channels))
-    throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
+  write_whole(path, "PNG", [&](const std::string& partial) {
+    return stbi_write_png(partial.c_str(), static_cast<int>(width), static_cast<int>(height),
+                          channels, pixels.data_ptr<uint8_t>(), static_cast<int>(width) * channels) != 0;
+  });
 }
 
 torch::Tensor unit_to_bytes(const torch::Tensor& image) {
@@ -168,12 +194,13 @@ void write_png16(const std::string& path, const torch::Tensor& values, double fu
     chunks[i].key = const_cast<char*>(text[i].first.c_str());
     chunks[i].text = const_cast<char*>(text[i].second.c_str());
   }
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file) throw UserError("cannot write PNG " + path + " (check that the folder exists and is writable)");
-  if (!write_gray16(file.get(), rows.data(), static_cast<uint32_t>(width),
-                    static_cast<uint32_t>(height), chunks.data(), static_cast<int>(chunks.size())))
-    throw UserError("cannot write PNG " + path + " (disk full?)");
-  if (std::fflush(file.get()) != 0) throw UserError("cannot write PNG " + path + " (disk full?)");
+  write_whole(path, "PNG", [&](const std::string& partial) {
+    std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(partial.c_str(), "wb"), &std::fclose);
+    return file &&
+           write_gray16(file.get(), rows.data(), static_cast<uint32_t>(width),
+                        static_cast<uint32_t>(height), chunks.data(), static_cast<int>(chunks.size())) &&
+           std::fflush(file.get()) == 0;
+  });
 }
 
 void write_npy(const std::string& path, const torch::Tensor& array) {
@@ -191,11 +218,13 @@ void write_npy(const std::string& path, const torch::Tensor& array) {
   bytes += static_cast<char>(header.size() & 0xFF);
   bytes += static_cast<char>(header.size() >> 8);
   bytes += header;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
-            static_cast<std::streamsize>(values.numel() * sizeof(float)));
-  if (!out) throw UserError("cannot write " + path + " (check that the folder exists and is writable)");
+  write_whole(path, "array", [&](const std::string& partial) {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
+              static_cast<std::streamsize>(values.numel() * sizeof(float)));
+    return static_cast<bool>(out.flush());
+  });
 }
 
 torch::Tensor downscale(const torch::Tensor& image, int factor) {
