@@ -68,6 +68,9 @@ MemoryParts adam_memory_parts(torch::optim::Adam& adam) {
         moments.push_back(st->exp_avg());
         moments.push_back(st->exp_avg_sq());
         moments.push_back(st->max_exp_avg_sq());
+      } else if (p.requires_grad()) {  // before the first step: the two its step allocates
+        moments.push_back(p);
+        moments.push_back(p);
       }
     }
   return {{"parameters", tensor_bytes(params)},

@@ -29,7 +29,7 @@ void read_adam_params(const SnapshotReader& reader, const NamedParams& params,
 
 // The bytes of Adam's parameters, their gradients (one per parameter that requires grad, held
 // during each step) and its moments on this rank: "parameters", "gradients", "optimizer (Adam)"
-// (ModelFamily::memory_parts).
+// (ModelFamily::memory_parts). Before Adam's first step, the two moments that step allocates.
 MemoryParts adam_memory_parts(torch::optim::Adam& adam);
 
 }  // namespace tessera

@@ -780,6 +780,12 @@ TEST_F(ResumeTest, ShardedRenderAndEvalOnOneTwoAndFourRanksMatchOneRank) {
   ASSERT_EQ(train.exit_code, 0) << train.output;
   const std::string ply = run_dir + "/gaussians.ply";
   ASSERT_TRUE(fs::exists(ply)) << train.output;
+  // Each rank logs its memory by kind at the start: 59 floats per Gaussian at SH degree 3, as
+  // much of gradients, twice that of Adam moments.
+  const std::string log = read_file(run_dir + "/logs/rank-1.log");
+  for (const char* needle : {"memory of rank 1 (", "  parameters ", "(236 B per Gaussian)",
+                             "  optimizer (Adam) ", "(472 B per Gaussian)", "one view's pass"})
+    EXPECT_NE(log.find(needle), std::string::npos) << needle << "\n" << log;
   struct Source {
     std::string name;
     std::vector<std::string> args;

@@ -48,6 +48,24 @@ void GaussianFamily::on_start(int64_t first_step) {
                    static_cast<long long>(count), comm_.size(),
                    static_cast<long long>(first_step));
   }
+  // This rank's memory by kind, as point-diffusion logs it: the state kept for each step (its
+  // rows, their gradients, Adam's moments) and the estimate of what one view of a pass holds
+  // until its backward (GaussianTrainer::estimate_view_bytes). ranks.json has the measured peak.
+  const int64_t local = trainer_.local_count();
+  const int64_t pixels = trainer_.largest_view_pixels();
+  const int64_t view = GaussianTrainer::estimate_view_bytes(local, pixels);
+  std::string lines;
+  int64_t total = view;
+  for (const auto& [kind, bytes] : memory_parts()) {
+    lines += fmt::format("\n  {:<18}{:>10}  ({} B per Gaussian)", kind, format_bytes(bytes),
+                         local > 0 ? bytes / local : 0);
+    total += bytes;
+  }
+  spdlog::info("memory of rank {} ({} Gaussians here, views up to {} pixels):{}\n"
+               "  {:<18}{:>10}  (estimate: {} B per Gaussian + {} B per pixel)\n  {:<18}{:>10}",
+               comm_.rank(), local, pixels, lines, "one view's pass", format_bytes(view),
+               GaussianTrainer::kViewBytesPerGaussian, GaussianTrainer::kViewBytesPerPixel,
+               "total", format_bytes(total));
 }
 
 StepRecord GaussianFamily::forward_backward(const StepControl& control) {

@@ -281,6 +281,15 @@ double GaussianTrainer::step_cost(int64_t t) const {
   return static_cast<double>(options_.views_per_step) / (downscale * downscale);
 }
 
+int64_t GaussianTrainer::largest_view_pixels() const {
+  int64_t pixels = 0;
+  for (int64_t v : train_views_) {
+    const RenderCamera cam = make_render_camera(scene_.cameras()[v], options_.resolution_scale);
+    pixels = std::max(pixels, cam.width * cam.height);
+  }
+  return pixels;
+}
+
 int64_t GaussianTrainer::estimate_view_bytes(int64_t local_gaussians, int64_t pixels) {
   return kViewBytesPerGaussian * local_gaussians + kViewBytesPerPixel * pixels;
 }

@@ -173,6 +173,8 @@ class GaussianTrainer {
   torch::optim::Adam& optimizer() { return *optimizer_; }
   const GaussianTrainerOptions& options() const { return options_; }
   int64_t train_view_count() const { return static_cast<int64_t>(train_views_.size()); }
+  // Pixels of the largest train view at options().resolution_scale (the full-resolution steps).
+  int64_t largest_view_pixels() const;
 
  private:
   // The initial set when the scene has no points: stereo points, then random ones (this rank's
