@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/data/camera_path.h"
 #include "framework/data/image_io.h"
 #include "framework/data/orbit.h"
 #include "framework/data/video.h"
@@ -42,7 +43,17 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
                     run.dataset->summary() + ", not on camera views: there is nothing to render " +
                     "(`tessera eval` scores it)");
   std::vector<std::pair<std::string, data::Camera>> views;
-  if (request.orbit > 0) {
+  double fps = request.fps;
+  if (!request.camera_path.empty()) {
+    const data::CameraPath path =
+        data::read_camera_path(request.camera_path, scene->meta(), request.dataparser_transforms);
+    for (size_t i = 0; i < path.cameras.size(); ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "path-%03zu", i);
+      views.emplace_back(name, path.cameras[i]);
+    }
+    if (fps <= 0) fps = path.fps;
+  } else if (request.orbit > 0) {
     const std::vector<data::Camera> cameras = data::orbit_cameras(*scene, request.orbit);
     for (size_t i = 0; i < cameras.size(); ++i) {
       char name[32];
@@ -75,6 +86,7 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
   const std::string layout = renderer->render_layout();
   if (root) std::cerr << "rendering " << views.size() << " views: " << layout << "\n";
   if (root && !request.out.empty()) std::filesystem::create_directories(request.out);
+  if (fps <= 0) fps = 30;
   std::unique_ptr<data::VideoWriter> video;
   const bool geometry = request.depth || request.alpha;
   // Depth in the capture's units: world = capture_scale * capture + offset (docs/datasets.md).
@@ -105,7 +117,7 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
     if (!request.video.empty()) {
       if (!video)
         video = std::make_unique<data::VideoWriter>(request.video, image.size(1), image.size(0),
-                                                    request.fps);
+                                                    fps);
       video->add_frame(image);
     }
     std::cerr << "\rrendered " << (i + 1) << "/" << views.size() << std::flush;
@@ -122,7 +134,7 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
     if (video) {
       video->finish();
       std::cerr << "video " << request.video << ": " << video->frames() << " frames at "
-                << request.fps << " fps\n";
+                << fps << " fps\n";
     }
   }
   return static_cast<int64_t>(views.size());

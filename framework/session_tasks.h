@@ -19,13 +19,16 @@ nlohmann::json evaluate_splits(const Session& run, const std::string& split, int
 struct RenderRequest {
   std::string out;        // folder for the PNGs (rank 0 creates it); "" = none (a video only)
   std::string video;      // an .mp4 of the frames in order (data/video.h); "" = none
-  int fps = 30;           // the video's frames per second
+  int fps = 0;            // the video's frames per second (0: the camera path's, else 30)
   // What is written per view into `out`: the colour (NAME.png), the expected depth in the
   // capture's units (NAME.depth.npy, float32, and NAME.depth.png, 16-bit scaled to the view's
   // largest depth) and the alpha (NAME.alpha.npy and NAME.alpha.png, 16-bit, 65535 = 1).
   bool rgb = true, depth = false, alpha = false;
   std::string split;      // "" = test; ignored with an orbit
   int orbit = 0;          // > 0: this many views on a circle around the scene (data/orbit.h)
+  // A nerfstudio camera path's cameras instead (data/camera_path.h), views path-NNN; with the
+  // nerfstudio run's dataparser_transforms.json when the poses are in its frame.
+  std::string camera_path, dataparser_transforms;
   int64_t max_views = -1; // at most this many views (-1: all)
 };
 

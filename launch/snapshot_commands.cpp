@@ -27,7 +27,8 @@ struct SnapshotCommandOptions {
   int orbit = 0;
   int max_views = -1;
   std::string video;  // render: an .mp4 of the frames
-  int fps = 30;
+  int fps = 0;        // render: 0 = the camera path's, else 30
+  std::string camera_path, dataparser_transforms;  // render: a nerfstudio camera path
   std::vector<std::string> outputs{"rgb"};  // render: what is written per view
   SampleRequest sample;  // `tessera sample`
 };
@@ -79,6 +80,8 @@ int run_render(SnapshotCommandOptions& o) {
   request.alpha = wants("alpha");
   request.split = o.split;
   request.orbit = o.orbit;
+  request.camera_path = o.camera_path;
+  request.dataparser_transforms = o.dataparser_transforms;
   request.max_views = o.max_views;
   render_views(run, request);
   return kExitOk;
@@ -156,7 +159,8 @@ Command add_render_command(CLI::App& app) {
                   "Also (or only) an H.264 video of the frames in order, e.g. --orbit 120 --video "
                   "orbit.mp4: encoded by ffmpeg (Debian's), written whole or not at all")
       ->type_name("FILE.mp4");
-  sub->add_option("--fps", o->fps, "Frames per second of --video (default 30)")
+  sub->add_option("--fps", o->fps,
+                  "Frames per second of --video (default: the --camera-path's fps, else 30)")
       ->check(CLI::Range(1, 240))
       ->needs(video);
   sub->add_option("--outputs", o->outputs,
@@ -169,10 +173,25 @@ Command add_render_command(CLI::App& app) {
       ->check(CLI::IsMember({"rgb", "depth", "alpha"}));
   auto* split = sub->add_option("--split", o->split, "Split whose views to render (default: test)")
                     ->check(CLI::IsMember({"train", "val", "test"}));
-  sub->add_option("--orbit", o->orbit,
+  auto* orbit = sub->add_option("--orbit", o->orbit,
                   "Render N views on a circle around the scene instead of a split")
       ->check(CLI::PositiveNumber)
       ->excludes(split);
+  auto* path = sub->add_option("--camera-path", o->camera_path,
+                  "Render the cameras of a nerfstudio camera path (camera_path.json, as the "
+                  "nerfstudio viewer exports it) instead of a split: poses in the capture's "
+                  "coordinates (its transforms.json's), or in a nerfstudio run's with "
+                  "--dataparser-transforms; perspective cameras, render_width x render_height")
+      ->check(CLI::ExistingFile)
+      ->excludes(split)
+      ->excludes(orbit)
+      ->type_name("FILE.json");
+  sub->add_option("--dataparser-transforms", o->dataparser_transforms,
+                  "With --camera-path: the dataparser_transforms.json of the nerfstudio run the "
+                  "path was made in (its scale and transform are undone)")
+      ->check(CLI::ExistingFile)
+      ->needs(path)
+      ->type_name("FILE.json");
   return {sub, [o] { return run_render(*o); }};
 }
 

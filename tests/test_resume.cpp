@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -853,6 +854,91 @@ TEST_F(ResumeTest, ShardedRenderAndEvalOnOneTwoAndFourRanksMatchOneRank) {
       }
     }
   }
+}
+
+// `tessera render --camera-path`: a nerfstudio camera path made of the test views' poses (as the
+// dataset's nerfstudio export writes them) renders exactly those views; the same path in a
+// nerfstudio run's normalized frame renders them with --dataparser-transforms and not without.
+TEST_F(ResumeTest, CameraPathRendersTheViewsOfItsPoses) {
+  write_gaussians_config();
+  const std::string run_dir = dir_ + "/gs-path";
+  const Job train = run(gaussians_train(1, run_dir, {"--set", "train.steps=4"}), 90);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const Job convert = run({binary_, "convert", dir_ + "/scene.h5", "--to", "nerfstudio", dir_ + "/ns"}, 60);
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  const nlohmann::json transforms = nlohmann::json::parse(read_file(dir_ + "/ns/transforms.json"));
+  const auto& tests = transforms["test_filenames"];
+  // A rotation about z by 0.5 rad, a shift and a scale, as nerfstudio's dataparser records them.
+  const double c = std::cos(0.5), s = std::sin(0.5), scale = 0.4;
+  const double rot[3][3] = {{c, -s, 0}, {s, c, 0}, {0, 0, 1}}, shift[3] = {0.3, -0.2, 0.5};
+  nlohmann::json path = {{"camera_type", "perspective"}, {"fps", 12}, {"seconds", 1}};
+  nlohmann::json normalized = path;
+  for (const auto& frame : transforms["frames"]) {
+    if (std::find(tests.begin(), tests.end(), frame["file_path"]) == tests.end()) continue;
+    path["render_width"] = normalized["render_width"] = frame["w"];
+    path["render_height"] = normalized["render_height"] = frame["h"];
+    const double fov = 2 * std::atan(frame["h"].get<double>() / 2 / frame["fl_y"].get<double>()) * 180 / M_PI;
+    std::vector<double> m, n(16, 0.0);
+    for (const auto& row : frame["transform_matrix"])
+      for (const auto& v : row) m.push_back(v.get<double>());
+    for (int r = 0; r < 3; ++r) {
+      for (int k = 0; k < 3; ++k)
+        for (int j = 0; j < 3; ++j) n[r * 4 + k] += rot[r][j] * m[j * 4 + k];
+      double p = shift[r];
+      for (int j = 0; j < 3; ++j) p += rot[r][j] * m[j * 4 + 3];
+      n[r * 4 + 3] = scale * p;
+    }
+    n[15] = 1;
+    path["camera_path"].push_back({{"camera_to_world", m}, {"fov", fov}, {"aspect", 1}});
+    normalized["camera_path"].push_back({{"camera_to_world", n}, {"fov", fov}, {"aspect", 1}});
+  }
+  ASSERT_EQ(path["camera_path"].size(), 1u) << "the scene's test view";
+  std::ofstream(dir_ + "/path.json") << path.dump();
+  std::ofstream(dir_ + "/path_ns.json") << normalized.dump();
+  nlohmann::json dataparser = {{"scale", scale}, {"transform", nlohmann::json::array()}};
+  for (int r = 0; r < 3; ++r) dataparser["transform"].push_back({rot[r][0], rot[r][1], rot[r][2], shift[r]});
+  std::ofstream(dir_ + "/dataparser_transforms.json") << dataparser.dump();
+
+  const auto render = [&](const std::vector<std::string>& extra, const std::string& out) {
+    std::vector<std::string> argv{binary_, "render", run_dir, "--out", dir_ + "/" + out};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run(argv, 60);
+  };
+  const Job views = render({"--split", "test"}, "views");
+  ASSERT_EQ(views.exit_code, 0) << views.output;
+  const Job plain = render({"--camera-path", dir_ + "/path.json"}, "plain");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const Job undone = render({"--camera-path", dir_ + "/path_ns.json", "--dataparser-transforms",
+                             dir_ + "/dataparser_transforms.json"}, "undone");
+  ASSERT_EQ(undone.exit_code, 0) << undone.output;
+  const Job kept = render({"--camera-path", dir_ + "/path_ns.json"}, "kept");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  const torch::Tensor want = data::read_image_file(dir_ + "/views/test-004.png").rgb;
+  EXPECT_TRUE(torch::equal(data::read_image_file(dir_ + "/plain/path-000.png").rgb, want));
+  const torch::Tensor back = data::read_image_file(dir_ + "/undone/path-000.png").rgb.to(torch::kInt32);
+  EXPECT_LE((back - want.to(torch::kInt32)).abs().max().item<int>(), 1) << "the normalization undone";
+  EXPECT_GT((data::read_image_file(dir_ + "/kept/path-000.png").rgb.to(torch::kInt32) -
+             want.to(torch::kInt32)).abs().to(torch::kFloat32).mean().item<double>(), 10.0)
+      << "without the dataparser transforms the cameras are elsewhere";
+
+  // Bad paths: exit 2, nothing rendered.
+  nlohmann::json fisheye = path, wide = path, short_matrix = path;
+  fisheye["camera_type"] = "fisheye";
+  wide["camera_path"][0]["fov"] = 180;
+  short_matrix["camera_path"][0]["camera_to_world"] = {1, 0, 0};
+  for (const auto& [name, bad, needle] :
+       {std::tuple{"fisheye", fisheye, "camera_type"}, std::tuple{"wide", wide, "\"fov\""},
+        std::tuple{"short", short_matrix, "camera_to_world"}}) {
+    std::ofstream(dir_ + "/" + name + ".json") << bad.dump();
+    const Job job = render({"--camera-path", dir_ + "/" + name + ".json"}, std::string("bad-") + name);
+    EXPECT_EQ(job.exit_code, 2) << job.output;
+    EXPECT_NE(job.output.find(needle), std::string::npos) << job.output;
+    EXPECT_FALSE(fs::exists(dir_ + "/bad-" + name + "/path-000.png"));
+  }
+  const Job missing = render({"--camera-path", dir_ + "/none.json"}, "missing");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  const Job both = render({"--camera-path", dir_ + "/path.json", "--orbit", "3"}, "both");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 TEST_F(ResumeTest, BadResumePathIsBadInput) {
