@@ -233,6 +233,9 @@ void TrainingRun::write_config_copy() {
     std::ofstream out(partial);
     out << options_.config_toml;
     if (!out.flush()) {
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(partial, ec);
       spdlog::warn("cannot write {}", partial.string());
       return;
     }
@@ -273,7 +276,10 @@ void TrainingRun::write_ranks(int64_t done) {
   {
     std::ofstream out(partial);
     out << j.dump(1) << '\n';
-    if (!out) {
+    if (!out.flush()) {
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(partial, ec);
       spdlog::warn("cannot write {}; the run report will lack the ranks' memory and phases",
                    partial.string());
       return;

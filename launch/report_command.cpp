@@ -28,6 +28,9 @@ Command add_report_command(CLI::App& app) {
                   "the run")
       ->default_val(options->eval_steps)
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
+  sub->add_option("--views", options->views, "Views embedded per eval step (the first ones)")
+      ->default_val(options->views)
+      ->check(CLI::Range(int64_t{0}, int64_t{10000}));
   sub->add_option("--samples", options->samples, "Sample point clouds shown (the first ones)")
       ->default_val(options->samples)
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
@@ -36,8 +39,8 @@ Command add_report_command(CLI::App& app) {
       ->default_val(options->sample_points)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--max-records", options->max_records,
-                  "metrics.jsonl records drawn at most: a longer run's are thinned evenly, every "
-                  "eval record and the last kept (0 = all)")
+                  "metrics.jsonl records drawn: a longer run's are thinned to every k-th record "
+                  "(about this many), plus every eval record and the last (0 = all)")
       ->default_val(options->max_records)
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   return {sub, [options] {

@@ -75,7 +75,14 @@ void write_whole(const std::string& path, const std::string& what,
                  const std::function<bool(const std::string& partial)>& write) {
   const std::string partial = path + ".partial";
   std::error_code ec;
-  if (!write(partial)) {
+  bool written = false;
+  try {
+    written = write(partial);
+  } catch (...) {
+    std::filesystem::remove(partial, ec);
+    throw;
+  }
+  if (!written) {
     std::filesystem::remove(partial, ec);
     throw UserError("cannot write " + what + " " + path +
                     " (check that the folder exists and is writable, and the free space)");
@@ -85,6 +92,19 @@ void write_whole(const std::string& path, const std::string& what,
     std::filesystem::remove(partial, ec);
     throw UserError("cannot write " + what + " " + path + " (" + ec.message() + ")");
   }
+}
+
+// Writes `bytes` to `path`, every write and the close checked.
+bool write_bytes(const std::string& path, const std::string& bytes) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file) return false;
+  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+  return (std::fclose(file) == 0) && wrote;
+}
+
+void append_bytes(void* context, void* data, int size) {
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                             static_cast<size_t>(size));
 }
 
 }  // namespace
@@ -102,10 +122,14 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
   }
   pixels = pixels.contiguous();
   const int channels = static_cast<int>(pixels.size(2));
-  write_whole(path, "PNG", [&](const std::string& partial) {
-    return stbi_write_png(partial.c_str(), static_cast<int>(width), static_cast<int>(height),
-                          channels, pixels.data_ptr<uint8_t>(), static_cast<int>(width) * channels) != 0;
-  });
+  // Encoded in memory, then written with every write and the close checked (stb's file writer
+  // ignores a short write on a full disk).
+  std::string bytes;
+  if (!stbi_write_png_to_func(append_bytes, &bytes, static_cast<int>(width),
+                              static_cast<int>(height), channels, pixels.data_ptr<uint8_t>(),
+                              static_cast<int>(width) * channels))
+    throw std::runtime_error("write_png " + path + ": the PNG encoder failed");
+  write_whole(path, "PNG", [&](const std::string& partial) { return write_bytes(partial, bytes); });
 }
 
 torch::Tensor unit_to_bytes(const torch::Tensor& image) {
@@ -115,15 +139,6 @@ torch::Tensor unit_to_bytes(const torch::Tensor& image) {
       .to(torch::kUInt8)
       .contiguous();
 }
-
-namespace {
-
-void append_bytes(void* context, void* data, int size) {
-  static_cast<std::string*>(context)->append(static_cast<const char*>(data),
-                                             static_cast<size_t>(size));
-}
-
-}  // namespace
 
 void write_png_unit(const std::string& path, const torch::Tensor& image) {
   write_png(path, unit_to_bytes(image));
@@ -195,11 +210,12 @@ void write_png16(const std::string& path, const torch::Tensor& values, double fu
     chunks[i].text = const_cast<char*>(text[i].second.c_str());
   }
   write_whole(path, "PNG", [&](const std::string& partial) {
-    std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(partial.c_str(), "wb"), &std::fclose);
-    return file &&
-           write_gray16(file.get(), rows.data(), static_cast<uint32_t>(width),
-                        static_cast<uint32_t>(height), chunks.data(), static_cast<int>(chunks.size())) &&
-           std::fflush(file.get()) == 0;
+    std::FILE* file = std::fopen(partial.c_str(), "wb");
+    if (!file) return false;
+    const bool wrote = write_gray16(file, rows.data(), static_cast<uint32_t>(width),
+                                    static_cast<uint32_t>(height), chunks.data(),
+                                    static_cast<int>(chunks.size()));
+    return (std::fclose(file) == 0) && wrote;
   });
 }
 
@@ -218,13 +234,9 @@ void write_npy(const std::string& path, const torch::Tensor& array) {
   bytes += static_cast<char>(header.size() & 0xFF);
   bytes += static_cast<char>(header.size() >> 8);
   bytes += header;
-  write_whole(path, "array", [&](const std::string& partial) {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.write(reinterpret_cast<const char*>(values.data_ptr<float>()),
-              static_cast<std::streamsize>(values.numel() * sizeof(float)));
-    return static_cast<bool>(out.flush());
-  });
+  bytes.append(reinterpret_cast<const char*>(values.data_ptr<float>()),
+               static_cast<size_t>(values.numel()) * sizeof(float));
+  write_whole(path, "array", [&](const std::string& partial) { return write_bytes(partial, bytes); });
 }
 
 torch::Tensor downscale(const torch::Tensor& image, int factor) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 #include <sstream>
 #include <toml++/toml.h>
 #include <vector>
@@ -76,22 +77,32 @@ std::vector<size_t> spread(size_t n, size_t count) {
   return picked;
 }
 
-// The warnings and errors of the ranks' logs (RUN_DIR/logs/rank-*.log), at most `limit`.
-nlohmann::json log_warnings(const fs::path& logs, size_t limit) {
+// The warnings and errors of the ranks' logs (RUN_DIR/logs/rank-R.log, in rank order): the
+// newest `per_rank` of each rank (a log grows across resumes); `dropped` counts the older ones.
+nlohmann::json log_warnings(const fs::path& logs, size_t per_rank, int64_t& dropped) {
   nlohmann::json out = nlohmann::json::array();
+  dropped = 0;
   if (!fs::is_directory(logs)) return out;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(logs))
-    if (entry.path().extension() == ".log") files.push_back(entry.path());
+  std::vector<std::pair<long long, fs::path>> files;
+  const std::regex name(R"(rank-(\d+)\.log)");
+  for (const auto& entry : fs::directory_iterator(logs)) {
+    std::smatch m;
+    const std::string file = entry.path().filename().string();
+    if (std::regex_match(file, m, name)) files.emplace_back(std::stoll(m[1]), entry.path());
+  }
   std::sort(files.begin(), files.end());
-  for (const auto& file : files) {
+  for (const auto& [rank, file] : files) {
     std::ifstream in(file);
     std::string line;
-    while (std::getline(in, line) && out.size() < limit)
+    std::vector<std::string> found;
+    while (std::getline(in, line))
       if (line.find("] [warning] ") != std::string::npos ||
           line.find("] [error] ") != std::string::npos ||
           line.find("] [critical] ") != std::string::npos)
-        out.push_back(line);
+        found.push_back(line);
+    const size_t first = found.size() > per_rank ? found.size() - per_rank : 0;
+    dropped += static_cast<int64_t>(first);
+    for (size_t i = first; i < found.size(); ++i) out.push_back(found[i]);
   }
   return out;
 }
@@ -203,6 +214,7 @@ ReportSummary write_run_report(const ReportOptions& options) {
   for (size_t i : spread(steps.size(), static_cast<size_t>(std::max<int64_t>(options.eval_steps, 0)))) {
     nlohmann::json views = nlohmann::json::array();
     for (const auto& [view, file] : renders[steps[i]]) {
+      if (static_cast<int64_t>(views.size()) >= options.views) break;
       views.push_back({{"view", view}, {"render", png_uri(file)}});
       ++summary.images;
       const std::string key = std::to_string(view);
@@ -227,8 +239,15 @@ ReportSummary write_run_report(const ReportOptions& options) {
     std::sort(files.begin(), files.end());
     if (files.size() > static_cast<size_t>(std::max<int64_t>(options.samples, 0)))
       files.resize(static_cast<size_t>(options.samples));
+    int64_t unreadable = 0;
     for (const auto& file : files) {
-      const auto [xyz, rgb] = data::read_ply_points(file.string());
+      torch::Tensor xyz, rgb;
+      try {  // one damaged file (or one `tessera sample` is still writing) costs only itself
+        std::tie(xyz, rgb) = data::read_ply_points(file.string());
+      } catch (const std::exception&) {
+        ++unreadable;
+        continue;
+      }
       const int64_t n = xyz.size(0);
       const auto picked = spread(static_cast<size_t>(n), static_cast<size_t>(options.sample_points));
       const auto p = xyz.to(torch::kFloat64).contiguous();
@@ -242,18 +261,26 @@ ReportSummary write_run_report(const ReportOptions& options) {
       }
       samples.push_back({{"name", file.filename().string()}, {"count", n}, {"points", points}});
     }
+    data["samples_unreadable"] = unreadable;
   }
   summary.samples = static_cast<int64_t>(samples.size());
   data["samples"] = samples;
-  data["warnings"] = log_warnings(dir / "logs", 50);
+  int64_t dropped = 0;
+  data["warnings"] = log_warnings(dir / "logs", 20, dropped);
+  data["warnings_dropped"] = dropped;
 
-  // Into the page: "</" escaped so that no string in the data can end the script element.
-  std::string json = data.dump();
+  // Into the page: every '<', '>' and '&' as a JSON \u escape, so that no string in the data
+  // (a path, a log line) can end or restart the script element ("</script>", "<!--<script>");
+  // JSON.parse reads them back as they were. Bytes that are not UTF-8 (a host or file name)
+  // become U+FFFD.
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string escaped;
   escaped.reserve(json.size() + json.size() / 64);
-  for (size_t i = 0; i < json.size(); ++i) {
-    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') escaped += "<\\";
-    else escaped += json[i];
+  for (const char c : json) {
+    if (c == '<') escaped += "\\u003c";
+    else if (c == '>') escaped += "\\u003e";
+    else if (c == '&') escaped += "\\u0026";
+    else escaped += c;
   }
   std::string page = report_page_template();
   const std::string placeholder = "TESSERA_REPORT_DATA";
@@ -271,7 +298,12 @@ ReportSummary write_run_report(const ReportOptions& options) {
       throw UserError("cannot write " + partial.string() + " (disk full or no permission)");
     }
   }
-  fs::rename(partial, out_path);
+  std::error_code ec;
+  fs::rename(partial, out_path, ec);
+  if (ec) {
+    fs::remove(partial, ec);
+    throw UserError("cannot write " + summary.path + " (" + ec.message() + ")");
+  }
   summary.bytes = static_cast<int64_t>(page.size());
   return summary;
 }

@@ -15,9 +15,12 @@ struct ReportOptions {
   std::string run_dir;          // a folder `tessera train` wrote (metrics.jsonl at least)
   std::string out;              // "" = RUN_DIR/report.html
   int64_t eval_steps = 6;       // eval steps whose renders are embedded: the last and earlier ones spread
+  int64_t views = 8;            // views embedded per eval step (the first ones)
   int64_t samples = 8;          // sample point clouds shown (the first ones)
   int64_t sample_points = 2048; // points drawn per sample, spread over its points
-  int64_t max_records = 5000;   // metrics.jsonl records drawn at most (evenly thinned beyond; 0 = all)
+  // metrics.jsonl records drawn: beyond this many, every k-th (about this many) plus every eval
+  // record and the last; 0 = all.
+  int64_t max_records = 5000;
 };
 
 struct ReportSummary {
