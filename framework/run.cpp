@@ -165,9 +165,12 @@ EvalScores TrainingRun::evaluate(int64_t step, bool write) {
                     static_cast<long long>(step), view);
       const auto renders = std::filesystem::path(options_.out_dir) / "renders";
       data::write_png_unit((renders / name).string(), image);
-      // The target it was scored against (the run report shows them side by side).
-      std::snprintf(name, sizeof(name), "target-view-%03zu.png", view);
-      data::write_png_unit((renders / name).string(), target);
+      // The target it was scored against (the run report shows them side by side): the same at
+      // every eval, so written once per view by each process (a resumed run's too).
+      if (targets_written_.insert(view).second) {
+        std::snprintf(name, sizeof(name), "target-view-%03zu.png", view);
+        data::write_png_unit((renders / name).string(), target);
+      }
       if (tensorboard_) {
         std::snprintf(name, sizeof(name), "eval/view_%03zu", view);
         const torch::Tensor pair = torch::cat({image, target}, 1);  // render | target

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,6 +180,7 @@ class TrainingRun {
   int64_t steps_done_ = 0;
   int64_t consecutive_skips_ = 0;
   bool overfit_warned_ = false;  // the train-eval gap warning is given once per run
+  std::set<size_t> targets_written_;  // rank 0: views whose renders/target-view-III.png is written
   PhaseTimes run_phases_;        // this rank's seconds per phase, summed over this process's steps
   int64_t run_phase_steps_ = 0;  // the steps summed in run_phases_
   // Budgets: the most steps (train.steps or the epochs' count); how it was chosen; the clock

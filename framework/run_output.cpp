@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
 #include "distributed/process_context.h"
+#include "framework/data/whole_file.h"
 #include "framework/learning_check.h"
 #include "framework/log.h"
 #include "framework/memory.h"
@@ -227,22 +227,12 @@ void TrainingRun::log_step(const StepRecord& r, const PhaseTimes& phases, const 
 }
 
 void TrainingRun::write_config_copy() {
-  const std::filesystem::path path = std::filesystem::path(options_.out_dir) / "config.toml";
-  const std::filesystem::path partial = path.string() + ".partial";
-  {
-    std::ofstream out(partial);
-    out << options_.config_toml;
-    if (!out.flush()) {
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(partial, ec);
-      spdlog::warn("cannot write {}", partial.string());
-      return;
-    }
+  try {  // the run report's copy: a failure warns, training goes on
+    data::write_whole_file((std::filesystem::path(options_.out_dir) / "config.toml").string(),
+                           options_.config_toml, "config copy");
+  } catch (const UserError& e) {
+    spdlog::warn("{}", e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) spdlog::warn("cannot write {} ({})", path.string(), ec.message());
 }
 
 void TrainingRun::write_ranks(int64_t done) {
@@ -271,23 +261,12 @@ void TrainingRun::write_ranks(int64_t done) {
   j["backend"] = distributed::to_string(comm_.backend());
   j["ranks"] = nlohmann::json::array();
   for (const auto& text : all) j["ranks"].push_back(nlohmann::json::parse(text));
-  const std::filesystem::path path = std::filesystem::path(options_.out_dir) / "ranks.json";
-  const std::filesystem::path partial = path.string() + ".partial";
-  {
-    std::ofstream out(partial);
-    out << j.dump(1) << '\n';
-    if (!out.flush()) {
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(partial, ec);
-      spdlog::warn("cannot write {}; the run report will lack the ranks' memory and phases",
-                   partial.string());
-      return;
-    }
+  try {  // a failure warns, training goes on
+    data::write_whole_file((std::filesystem::path(options_.out_dir) / "ranks.json").string(),
+                           j.dump(1) + "\n", "ranks file");
+  } catch (const UserError& e) {
+    spdlog::warn("{}; the run report will lack the ranks' memory and phases", e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) spdlog::warn("cannot write {} ({})", path.string(), ec.message());
 }
 
 void TrainingRun::write_summary(const TrainSummary& s, const std::string& outputs) {

@@ -3,7 +3,6 @@
 
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "distributed/errors.h"
@@ -14,10 +13,8 @@ namespace tessera::data {
 namespace {
 
 nlohmann::json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw UserError(what + " " + path + " cannot be read");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw UserError(what + " " + path + " is not a JSON object");
+  nlohmann::json j = load_json_file(path);
+  if (!j.is_object()) throw UserError(what + " " + path + " is not a JSON object");
   return j;
 }
 

@@ -8,15 +8,14 @@
 
 #include <csetjmp>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "distributed/errors.h"
+#include "framework/data/whole_file.h"
 
 namespace tessera::data {
 
@@ -68,40 +67,6 @@ LoadedImage read_image_file(const std::string& path) {
 
 namespace {
 
-// The files below are written as PATH.partial and renamed into place, so that a reader (a
-// viewer, a run report, a stopped job's user) sees the whole file or none: `write(partial)`
-// returns false on failure, which removes the partial and throws UserError with `what`.
-void write_whole(const std::string& path, const std::string& what,
-                 const std::function<bool(const std::string& partial)>& write) {
-  const std::string partial = path + ".partial";
-  std::error_code ec;
-  bool written = false;
-  try {
-    written = write(partial);
-  } catch (...) {
-    std::filesystem::remove(partial, ec);
-    throw;
-  }
-  if (!written) {
-    std::filesystem::remove(partial, ec);
-    throw UserError("cannot write " + what + " " + path +
-                    " (check that the folder exists and is writable, and the free space)");
-  }
-  std::filesystem::rename(partial, path, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    throw UserError("cannot write " + what + " " + path + " (" + ec.message() + ")");
-  }
-}
-
-// Writes `bytes` to `path`, every write and the close checked.
-bool write_bytes(const std::string& path, const std::string& bytes) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (!file) return false;
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-  return (std::fclose(file) == 0) && wrote;
-}
-
 void append_bytes(void* context, void* data, int size) {
   static_cast<std::string*>(context)->append(static_cast<const char*>(data),
                                              static_cast<size_t>(size));
@@ -129,7 +94,7 @@ void write_png(const std::string& path, const torch::Tensor& rgb, const torch::T
                               static_cast<int>(height), channels, pixels.data_ptr<uint8_t>(),
                               static_cast<int>(width) * channels))
     throw std::runtime_error("write_png " + path + ": the PNG encoder failed");
-  write_whole(path, "PNG", [&](const std::string& partial) { return write_bytes(partial, bytes); });
+  write_whole_file(path, bytes, "PNG");
 }
 
 torch::Tensor unit_to_bytes(const torch::Tensor& image) {
@@ -209,7 +174,7 @@ void write_png16(const std::string& path, const torch::Tensor& values, double fu
     chunks[i].key = const_cast<char*>(text[i].first.c_str());
     chunks[i].text = const_cast<char*>(text[i].second.c_str());
   }
-  write_whole(path, "PNG", [&](const std::string& partial) {
+  write_whole_file_with(path, "PNG", [&](const std::string& partial) {
     std::FILE* file = std::fopen(partial.c_str(), "wb");
     if (!file) return false;
     const bool wrote = write_gray16(file, rows.data(), static_cast<uint32_t>(width),
@@ -236,7 +201,7 @@ void write_npy(const std::string& path, const torch::Tensor& array) {
   bytes += header;
   bytes.append(reinterpret_cast<const char*>(values.data_ptr<float>()),
                static_cast<size_t>(values.numel()) * sizeof(float));
-  write_whole(path, "array", [&](const std::string& partial) { return write_bytes(partial, bytes); });
+  write_whole_file(path, bytes, "array");
 }
 
 torch::Tensor downscale(const torch::Tensor& image, int factor) {

@@ -17,8 +17,8 @@ struct LoadedImage {
 
 // Throws UserError naming the file when it is missing, unreadable or not an image.
 LoadedImage read_image_file(const std::string& path);
-// The writers below write PATH.partial and rename it into place: a reader sees the whole file or
-// none, and a failure (UserError) leaves nothing behind.
+// The writers below write whole files or none (framework/data/whole_file.h): a reader sees the
+// whole file or none, and a failure (UserError) leaves nothing behind.
 // Writes PNG; rgb uint8 [H, W, 3], alpha uint8 [H, W] or undefined. Throws on failure.
 void write_png(const std::string& path, const torch::Tensor& rgb, const torch::Tensor& alpha = {});
 // A rendered image, float with values in [0, 1], as 8 bits per value: times 255, rounded,

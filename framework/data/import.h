@@ -4,6 +4,8 @@
 
 #include <torch/types.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <array>
 #include <cstddef>
 #include <functional>
@@ -89,6 +91,10 @@ ParsedSource parse_transforms(const std::string& path, int split_every);
 // `model_dir`: the folder with cameras/images/points3D in .bin or .txt (binary preferred).
 ParsedSource parse_colmap(const std::string& model_dir, const std::string& images_dir,
                           int split_every);
+
+// A JSON file (transforms.json, a camera path). UserError naming it when it is missing,
+// unreadable or malformed (with a hint when it holds NaN or Infinity, which JSON has not).
+nlohmann::json load_json_file(const std::string& path);
 
 // Reads x y z (float or double) and red green blue (uchar) of the vertices of an ASCII or
 // binary_little_endian PLY file. Returns {xyz float64 [P, 3] (the import normalizes in float64,

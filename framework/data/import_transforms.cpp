@@ -30,21 +30,6 @@ constexpr const char* kBlenderSplitFiles[] = {"transforms_train.json", "transfor
 constexpr Split kBlenderSplits[] = {Split::Train, Split::Val, Split::Test};
 constexpr double kPi = 3.14159265358979323846;
 
-json load_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path + ": cannot open (missing or unreadable)");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-    std::string hint;
-    const std::string body = text.str();
-    if (body.find("NaN") != std::string::npos || body.find("Infinity") != std::string::npos)
-      hint = " (NaN and Infinity are not JSON: the file holds a non-finite number)";
-    throw UserError(path + ": malformed JSON: " + e.what() + hint);
-  }
-}
 
 std::string describe(const std::string& path, size_t index, const std::string& file_path) {
   return path + ": frame " + std::to_string(index) +
@@ -120,6 +105,22 @@ double focal_from_angle(double angle, int pixels, const std::string& where, cons
 
 }  // namespace
 
+nlohmann::json load_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot open (missing or unreadable)");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
+    std::string hint;
+    const std::string body = text.str();
+    if (body.find("NaN") != std::string::npos || body.find("Infinity") != std::string::npos)
+      hint = " (NaN and Infinity are not JSON: the file holds a non-finite number)";
+    throw UserError(path + ": malformed JSON: " + e.what() + hint);
+  }
+}
+
 ParsedSource parse_blender(const std::string& folder) {
   ParsedSource out;
   out.format = SourceFormat::Blender;
@@ -128,7 +129,7 @@ ParsedSource parse_blender(const std::string& folder) {
   for (size_t s = 0; s < std::size(kBlenderSplitFiles); ++s) {
     const std::string path = (fs::path(folder) / kBlenderSplitFiles[s]).string();
     if (s > 0 && !fs::exists(path)) continue;  // only the train file is required
-    const json meta = load_json(path);
+    const json meta = load_json_file(path);
     if (!meta.is_object() || !meta.contains("frames") || !meta["frames"].is_array())
       throw UserError(path + ": needs a 'frames' array");
     if (!meta.contains("camera_angle_x"))
@@ -166,7 +167,7 @@ ParsedSource parse_blender(const std::string& folder) {
 }
 
 ParsedSource parse_transforms(const std::string& path, int split_every) {
-  const json meta = load_json(path);
+  const json meta = load_json_file(path);
   if (!meta.is_object() || !meta.contains("frames") || !meta["frames"].is_array() ||
       meta["frames"].empty())
     throw UserError(path + ": needs a non-empty 'frames' array");

@@ -19,6 +19,7 @@
 
 #include "distributed/errors.h"
 #include "framework/data/import.h"
+#include "framework/data/whole_file.h"
 
 namespace tessera {
 
@@ -288,22 +289,7 @@ ReportSummary write_run_report(const ReportOptions& options) {
   if (at == std::string::npos) throw std::logic_error("report page template has no data placeholder");
   page.replace(at, placeholder.size(), escaped);
 
-  const fs::path partial = summary.path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out << page;
-    if (!out.flush()) {
-      std::error_code ec;
-      fs::remove(partial, ec);
-      throw UserError("cannot write " + partial.string() + " (disk full or no permission)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(partial, out_path, ec);
-  if (ec) {
-    fs::remove(partial, ec);
-    throw UserError("cannot write " + summary.path + " (" + ec.message() + ")");
-  }
+  data::write_whole_file(summary.path, page, "report");
   summary.bytes = static_cast<int64_t>(page.size());
   return summary;
 }
