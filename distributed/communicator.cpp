@@ -90,6 +90,14 @@ void require_send_counts(const torch::Tensor& input, const std::vector<int64_t>&
 
 }  // namespace detail
 
+void Communicator::count_all_to_all(const torch::Tensor& input,
+                                    const std::vector<int64_t>& send_counts) {
+  const int64_t rows = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0}) -
+                       send_counts.at(static_cast<size_t>(rank()));
+  traffic_.all_to_all_bytes +=
+      rows * detail::row_elements(input) * static_cast<int64_t>(input.element_size());
+}
+
 bool nccl_available() {
 #ifdef TESSERA_WITH_NCCL
   return true;

@@ -31,9 +31,18 @@ class Work {
 // (and, where stated, the same shape). Supported dtypes: float32, float64, bfloat16, float16, int32,
 // int64, uint8. Tensors of the wrong device or dtype throw UserError; a failed or timed-out
 // collective aborts the whole job (exit code 3) and never hangs.
+// Payload bytes this rank has handed to collectives since the communicator was made, by kind.
+// Benchmarks read it before and after a step to report the bytes a step moves between ranks.
+struct Traffic {
+  int64_t all_to_all_bytes = 0;  // all_to_all_v rows sent to other ranks (not those kept here)
+  int64_t allreduce_bytes = 0;   // tensors given to allreduce and allreduce_async
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
+  const Traffic& traffic() const { return traffic_; }
 
   virtual Backend backend() const = 0;
   virtual torch::Device device() const = 0;
@@ -63,6 +72,10 @@ class Communicator {
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
   // Shared argument checks; `what` names the collective in messages.
   void check_tensor(const torch::Tensor& tensor, const char* what) const;
+  // Counts the bytes of an all_to_all_v's rows bound for other ranks into traffic().
+  void count_all_to_all(const torch::Tensor& input, const std::vector<int64_t>& send_counts);
+
+  Traffic traffic_;
 
  private:
   int rank_;

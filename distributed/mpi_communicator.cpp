@@ -119,6 +119,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 void MpiCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce");
+  traffic_.allreduce_bytes += static_cast<int64_t>(tensor.nbytes());
   if (tensor.numel() == 0) return;
   Watchdog::Scope watch(context_.watchdog(), describe("allreduce", tensor));
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -136,6 +137,7 @@ void MpiCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
 
 std::unique_ptr<Work> MpiCommunicator::allreduce_async(torch::Tensor tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce_async");
+  traffic_.allreduce_bytes += static_cast<int64_t>(tensor.nbytes());
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   const uint64_t id = context_.watchdog().start(describe("allreduce_async", tensor));
   MPI_Request request = MPI_REQUEST_NULL;
@@ -211,6 +213,7 @@ torch::Tensor MpiCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
                                             std::vector<int64_t>* recv_counts) {
   check_tensor(input_tensor, "all_to_all_v");
   detail::require_send_counts(input_tensor, send_counts, size());
+  count_all_to_all(input_tensor, send_counts);
   const torch::Tensor input = input_tensor.contiguous();
   Watchdog::Scope watch(context_.watchdog(), describe("all_to_all_v", input));
   std::vector<int64_t> received(size());

@@ -179,6 +179,7 @@ void NcclCommunicator::watch(const std::string& what) {
 
 void NcclCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce");
+  traffic_.allreduce_bytes += static_cast<int64_t>(tensor.nbytes());
   if (tensor.numel() == 0) return;
   c10::cuda::CUDAGuard guard(device_index_);
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -192,6 +193,7 @@ void NcclCommunicator::allreduce(torch::Tensor& tensor, ReduceOp op) {
 
 std::unique_ptr<Work> NcclCommunicator::allreduce_async(torch::Tensor tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce_async");
+  traffic_.allreduce_bytes += static_cast<int64_t>(tensor.nbytes());
   c10::cuda::CUDAGuard guard(device_index_);
   torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   if (buffer.numel() > 0) {
@@ -273,6 +275,7 @@ torch::Tensor NcclCommunicator::all_to_all_v(const torch::Tensor& input_tensor,
                                              std::vector<int64_t>* recv_counts) {
   check_tensor(input_tensor, "all_to_all_v");
   detail::require_send_counts(input_tensor, send_counts, size());
+  count_all_to_all(input_tensor, send_counts);
   c10::cuda::CUDAGuard guard(device_index_);
   const torch::Tensor input = input_tensor.contiguous();
   std::vector<int64_t> received(size());

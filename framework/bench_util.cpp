@@ -27,6 +27,11 @@ double max_over_ranks(MPI_Comm comm, double value) {
   return value;
 }
 
+double sum_over_ranks(MPI_Comm comm, double value) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm));
+  return value;
+}
+
 std::string phases_json(const PhaseTimes& phases) {
   std::string out = "{";
   char item[128];

@@ -39,6 +39,8 @@ std::string phases_json(const PhaseTimes& phases);
 
 // The largest `value` over the ranks of `comm` (MPI_Allreduce MAX). Collective.
 double max_over_ranks(MPI_Comm comm, double value);
+// The sum of `value` over the ranks of `comm` (MPI_Allreduce SUM). Collective.
+double sum_over_ranks(MPI_Comm comm, double value);
 
 // "[bench NAME] ..." on stderr, rank 0 only.
 template <typename... Args>

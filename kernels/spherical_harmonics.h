@@ -27,19 +27,28 @@ constexpr int kMaxShDegree = 3;
 //
 // The differentiable op. Dispatches to the CPU or the CUDA implementation by the inputs' device.
 //   degree in [0, 3]; K in {1, 4, 9, 16} (= (max_degree + 1)^2) and K >= (degree + 1)^2.
-//   dirs and coeffs: one floating dtype (float32 or float64), one device, any strides; dirs must
-//   be non-zero (normalized inside; the gradient flows to dirs through the normalization).
-// Gradients flow to coeffs and dirs.
+//   The coefficients come as a 3DGS model holds them, in two tensors: dc [N, 1, 3] (coefficient
+//   0, INRIA's f_dc) and rest [N, K - 1, 3] (f_rest; [N, 0, 3] at K = 1), so that no [N, K, 3]
+//   copy of both is made in the forward nor its gradient in the backward: at K = 16 that copy
+//   and its gradient were 384 bytes per Gaussian of a 3DGS step's peak.
+//   dirs, dc and rest: one floating dtype (float32 or float64), one device, any strides; dirs
+//   must be non-zero (normalized inside; the gradient flows to dirs through the normalization).
+// Gradients flow to dirs, dc and rest.
 at::Tensor spherical_harmonics(
-    int64_t degree,                // active degree, 0..3
+    int64_t degree,             // active degree, 0..3
     const at::Tensor& dirs,     // [N, 3] viewing directions (e.g. mean - camera centre)
-    const at::Tensor& coeffs);  // [N, K, 3] coefficients; coeffs[:, 0] is the DC term
+    const at::Tensor& dc,       // [N, 1, 3] coefficient 0
+    const at::Tensor& rest);    // [N, K - 1, 3] coefficients 1..K-1
 // Returns colors [N, 3].
+
+// The same on one coefficient tensor [N, K, 3] (coeffs[:, 0] the DC term), split into views.
+at::Tensor spherical_harmonics(int64_t degree, const at::Tensor& dirs, const at::Tensor& coeffs);
 
 // Gradients of the backward pass.
 struct SphericalHarmonicsGrads {
-  at::Tensor v_dirs;    // [N, 3]
-  at::Tensor v_coeffs;  // [N, K, 3]
+  at::Tensor v_dirs;  // [N, 3]
+  at::Tensor v_dc;    // [N, 1, 3]
+  at::Tensor v_rest;  // [N, K - 1, 3]
 };
 
 // The two implementations take the same arguments and return the same tensors. They expect
@@ -50,15 +59,17 @@ namespace cpu {
 at::Tensor spherical_harmonics_fwd(
     // forward inputs
     int64_t degree,
-    const at::Tensor& dirs,     // [N, 3]
-    const at::Tensor& coeffs);  // [N, K, 3]
+    const at::Tensor& dirs,   // [N, 3]
+    const at::Tensor& dc,     // [N, 1, 3]
+    const at::Tensor& rest);  // [N, K - 1, 3]
 // Returns colors [N, 3].
 
 SphericalHarmonicsGrads spherical_harmonics_bwd(
     // forward inputs
     int64_t degree,
     const at::Tensor& dirs,       // [N, 3]
-    const at::Tensor& coeffs,     // [N, K, 3]
+    const at::Tensor& dc,         // [N, 1, 3]
+    const at::Tensor& rest,       // [N, K - 1, 3]
     // grad outputs
     const at::Tensor& v_colors);  // [N, 3]
 }  // namespace cpu
@@ -69,15 +80,17 @@ namespace cuda {
 at::Tensor spherical_harmonics_fwd(
     // forward inputs
     int64_t degree,
-    const at::Tensor& dirs,     // [N, 3]
-    const at::Tensor& coeffs);  // [N, K, 3]
+    const at::Tensor& dirs,   // [N, 3]
+    const at::Tensor& dc,     // [N, 1, 3]
+    const at::Tensor& rest);  // [N, K - 1, 3]
 // Returns colors [N, 3].
 
 SphericalHarmonicsGrads spherical_harmonics_bwd(
     // forward inputs
     int64_t degree,
     const at::Tensor& dirs,       // [N, 3]
-    const at::Tensor& coeffs,     // [N, K, 3]
+    const at::Tensor& dc,         // [N, 1, 3]
+    const at::Tensor& rest,       // [N, K - 1, 3]
     // grad outputs
     const at::Tensor& v_colors);  // [N, 3]
 }  // namespace cuda

@@ -97,32 +97,42 @@ TESSERA_HD inline void sh_basis(int degree, T x, T y, T z, T* basis, T (*d_basis
   }
 }
 
+// The coefficients of one Gaussian come in two pieces, as a 3DGS model stores them: the DC row
+// (coefficient 0) and the K - 1 rows above it. Row k, channel ch:
+template <typename T>
+TESSERA_HD inline T sh_coeff(const T* dc, const T* rest, int k, int ch) {
+  return k == 0 ? dc[ch] : rest[3 * (k - 1) + ch];
+}
+
 // Forward for one Gaussian: colour[c] = max(sum_k basis_k(dir / |dir|) coeffs[k][c] + 0.5, 0).
 template <typename T>
 TESSERA_HD inline void sh_forward(int degree,
-                                  const T* dir,     // [3]
-                                  const T* coeffs,  // [K, 3], row k at coeffs + 3 k
-                                  T* color) {       // [3]
+                                  const T* dir,   // [3]
+                                  const T* dc,    // [3]: coefficient 0
+                                  const T* rest,  // [K - 1, 3]: row k - 1 at rest + 3 (k - 1)
+                                  T* color) {     // [3]
   const T norm = sh_sqrt(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2]);
   T basis[kMaxBases];
   sh_basis<T>(degree, dir[0] / norm, dir[1] / norm, dir[2] / norm, basis, nullptr);
   const int bases = (degree + 1) * (degree + 1);
   for (int ch = 0; ch < 3; ++ch) {
     T sum = 0;
-    for (int k = 0; k < bases; ++k) sum += basis[k] * coeffs[3 * k + ch];
+    for (int k = 0; k < bases; ++k) sum += basis[k] * sh_coeff(dc, rest, k, ch);
     sum += T(kColorOffset);
     color[ch] = sum < 0 ? T(0) : sum;
   }
 }
 
-// Backward for one Gaussian: v_coeffs for all K rows (zero above the active degree) and v_dir,
-// from v_color. Channels clamped in forward (sum + 0.5 < 0) pass no gradient.
+// Backward for one Gaussian: v_dc, v_rest for all K - 1 rows (zero above the active degree) and
+// v_dir, from v_color. Channels clamped in forward (sum + 0.5 < 0) pass no gradient.
 template <typename T>
 TESSERA_HD inline void sh_backward(int degree, int num_bases,  // K
                                    const T* dir,      // [3]
-                                   const T* coeffs,   // [K, 3]
+                                   const T* dc,       // [3]
+                                   const T* rest,     // [K - 1, 3]
                                    const T* v_color,  // [3]
-                                   T* v_coeffs,       // [K, 3]
+                                   T* v_dc,           // [3]
+                                   T* v_rest,         // [K - 1, 3]
                                    T* v_dir) {        // [3]
   const T norm = sh_sqrt(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2]);
   const T n[3] = {dir[0] / norm, dir[1] / norm, dir[2] / norm};
@@ -133,21 +143,22 @@ TESSERA_HD inline void sh_backward(int degree, int num_bases,  // K
   T g[3];  // dL/d(sum) per channel, after the clamp
   for (int ch = 0; ch < 3; ++ch) {
     T sum = 0;
-    for (int k = 0; k < bases; ++k) sum += basis[k] * coeffs[3 * k + ch];
+    for (int k = 0; k < bases; ++k) sum += basis[k] * sh_coeff(dc, rest, k, ch);
     sum += T(kColorOffset);
     g[ch] = sum < 0 ? T(0) : v_color[ch];
   }
   T v_n[3] = {0, 0, 0};
   for (int k = 0; k < bases; ++k) {
     T vk = 0;  // dL/dbasis_k
+    T* v_row = k == 0 ? v_dc : v_rest + 3 * (k - 1);
     for (int ch = 0; ch < 3; ++ch) {
-      v_coeffs[3 * k + ch] = g[ch] * basis[k];
-      vk += g[ch] * coeffs[3 * k + ch];
+      v_row[ch] = g[ch] * basis[k];
+      vk += g[ch] * sh_coeff(dc, rest, k, ch);
     }
     for (int i = 0; i < 3; ++i) v_n[i] += vk * d_basis[k][i];
   }
-  for (int k = bases; k < num_bases; ++k)
-    v_coeffs[3 * k + 0] = v_coeffs[3 * k + 1] = v_coeffs[3 * k + 2] = 0;
+  for (int k = bases; k < num_bases; ++k)  // bases >= 1: rows of rest only
+    v_rest[3 * (k - 1) + 0] = v_rest[3 * (k - 1) + 1] = v_rest[3 * (k - 1) + 2] = 0;
   // n = dir / |dir|: dL/ddir = (v_n - n (n . v_n)) / |dir|.
   const T n_dot = n[0] * v_n[0] + n[1] * v_n[1] + n[2] * v_n[2];
   for (int i = 0; i < 3; ++i) v_dir[i] = (v_n[i] - n[i] * n_dot) / norm;

@@ -43,4 +43,10 @@ Command add_bench_command(CLI::App& app) {
           }};
 }
 
+// `tessera plan`: the gaussians family's capacity plan (models/gaussians/gaussian_plan.h).
+Command add_plan_command(CLI::App& app) {
+  const bench::BenchCommand plan = models::add_builtin_plan(app);
+  return {plan.app, plan.run};
+}
+
 }  // namespace tessera::launch

@@ -26,6 +26,7 @@ Command add_render_command(CLI::App& app);   // snapshot_commands.cpp
 Command add_sample_command(CLI::App& app);   // snapshot_commands.cpp
 Command add_export_command(CLI::App& app);   // export_command.cpp
 Command add_report_command(CLI::App& app);   // report_command.cpp
+Command add_plan_command(CLI::App& app);     // bench_command.cpp (the family's plan)
 
 // The multi-line text of `tessera --version`.
 std::string version_text();

@@ -51,6 +51,7 @@ int run(int argc, char** argv) {
       tessera::launch::add_sample_command(app),
       tessera::launch::add_export_command(app),
       tessera::launch::add_report_command(app),
+      tessera::launch::add_plan_command(app),
       tessera::launch::add_bench_command(app),
       tessera::launch::add_config_reference_command(app),
   };

@@ -3,6 +3,7 @@
 
 #include "models/diffusion/diffusion_family.h"
 #include "models/gaussians/gaussian_family.h"
+#include "models/gaussians/gaussian_plan.h"
 #include "models/nerf/nerf_family.h"
 
 namespace tessera::models {
@@ -17,6 +18,10 @@ void register_builtin_families(FamilyRegistry& registry) {
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench) {
   return {nerf::add_nerf_bench(bench), gaussians::add_gaussian_bench(bench),
           gaussians::add_gaussian_snapshot_bench(bench), diffusion::add_diffusion_bench(bench)};
+}
+
+bench::BenchCommand add_builtin_plan(CLI::App& app) {
+  return gaussians::add_plan_command(app, register_builtin_families);
 }
 
 }  // namespace tessera::models

@@ -14,5 +14,7 @@ namespace tessera::models {
 void register_builtin_families(FamilyRegistry& registry);
 // The families' `tessera bench` subcommands (nerf, gaussians, diffusion), added under `bench`.
 std::vector<bench::BenchCommand> add_builtin_benches(CLI::App& bench);
+// `tessera plan` (the capacity plan of the gaussians family), added under the top-level app.
+bench::BenchCommand add_builtin_plan(CLI::App& app);
 
 }  // namespace tessera::models

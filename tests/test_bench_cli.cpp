@@ -34,6 +34,12 @@ using test::quote;
 
 
 
+// The repository (CTest sets TESSERA_SOURCE_DIR), for its configs.
+std::string source_dir() {
+  const char* dir = std::getenv("TESSERA_SOURCE_DIR");
+  return dir != nullptr && *dir != 0 ? dir : ".";
+}
+
 // How often `needle` occurs in `text`.
 int occurrences(const std::string& text, const std::string& needle) {
   int n = 0;
@@ -184,6 +190,102 @@ TEST_F(BenchCliTest, GaussiansHelpDescribesEveryFlag) {
     EXPECT_TRUE(contains(r.out, flag)) << "help lacks " << flag << "\n" << describe(r);
   const CommandResult list = tessera(0, {"bench", "--help"});
   EXPECT_TRUE(contains(list.out, "gaussians")) << describe(list);
+}
+
+// ---- plan --------------------------------------------------------------------------------------
+
+// `tessera plan` predicts what `tessera bench gaussians` measures: the constants it plans with
+// must stay those of the code (a step holding 160 more bytes per Gaussian fails this).
+TEST_F(BenchCliTest, PlanPredictsTheBenchOnOneAndTwoRanks) {
+  const std::string config = source_dir() + "/configs/demo_gaussians.toml";
+  ASSERT_TRUE(fs::exists(config)) << config;
+  for (const int ranks : {1, 2}) {
+    const CommandResult bench = tessera(ranks, {"bench", "gaussians", "--count", "40000", "--steps", "1",
+                                                "--warmup", "0", "--size", "48", "--views", "4"});
+    ASSERT_EQ(bench.exit_code, 0) << describe(bench);
+    const nlohmann::json measured = nlohmann::json::parse(lines_of(bench.out).at(0));
+    const CommandResult plan =
+        tessera(0, {"plan", config, "--gaussians", "40000", "--ranks", std::to_string(ranks),
+                    "--image-size", "48", "--train-views", "0"});
+    ASSERT_EQ(plan.exit_code, 0) << describe(plan);
+    const std::vector<std::string> lines = lines_of(plan.out);
+    ASSERT_EQ(lines.size(), 1u) << describe(plan);
+    const nlohmann::json predicted = nlohmann::json::parse(lines[0]);
+    for (const char* key : {"count", "ranks", "size", "max_gaussians_per_rank"})
+      EXPECT_EQ(predicted.at(key), measured.at(key)) << key << "\n" << lines[0];
+    const double peak = measured.at("peak_bytes_per_rank").get<double>();
+    EXPECT_NEAR(predicted.at("peak_bytes_per_rank").get<double>(), peak, 0.15 * peak)
+        << ranks << " rank(s)\nplan:  " << lines[0] << "\nbench: " << bench.out;
+    EXPECT_NEAR(predicted.at("peak_bytes_per_gaussian").get<double>(),
+                measured.at("peak_bytes_per_gaussian").get<double>(),
+                0.15 * measured.at("peak_bytes_per_gaussian").get<double>());
+    // One view per step: its image and gradient, the tile costs, the skip agreement.
+    EXPECT_NEAR(predicted.at("allreduce_bytes_per_step").get<double>(),
+                measured.at("allreduce_bytes_per_step").get<double>(), 1.0) << lines[0];
+    if (ranks == 1) {
+      EXPECT_EQ(measured.at("all_to_all_bytes_per_step").get<double>(), 0.0);
+      EXPECT_EQ(predicted.at("all_to_all_bytes_per_step").get<double>(), 0.0);
+    } else {
+      EXPECT_GT(measured.at("all_to_all_bytes_per_step").get<double>(), 0.0) << bench.out;
+    }
+  }
+}
+
+// The largest scene that fits: max_count fits, a few more per rank do not.
+TEST_F(BenchCliTest, PlanFindsTheLargestSceneThatFits) {
+  const std::string config = source_dir() + "/configs/demo_gaussians.toml";
+  const auto plan = [&](const std::string& count) {
+    const CommandResult r = tessera(0, {"plan", config, "--gaussians", count, "--ranks", "8",
+                                        "--image-size", "1920x1080", "--train-views", "300",
+                                        "--gpu-memory", "141GB"});
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    return nlohmann::json::parse(lines_of(r.out).at(0));
+  };
+  const nlohmann::json first = plan("100M");
+  EXPECT_EQ(first.at("count").get<int64_t>(), 100000000);
+  EXPECT_EQ(first.at("size").get<int64_t>(), 1920);
+  EXPECT_EQ(first.at("height").get<int64_t>(), 1080);
+  EXPECT_EQ(first.at("target_cache_bytes").get<int64_t>(), int64_t{300} * 1920 * 1080 * 12);
+  const int64_t max_count = first.at("max_count").get<int64_t>();
+  ASSERT_GT(max_count, 100000000) << first.dump();
+  EXPECT_EQ(max_count % 8, 0);
+  const nlohmann::json at_max = plan(std::to_string(max_count));
+  EXPECT_TRUE(at_max.at("fits").get<bool>()) << at_max.dump();
+  EXPECT_LE(at_max.at("peak_bytes_per_rank").get<double>(), 0.9 * 141e9);
+  const nlohmann::json over = plan(std::to_string(max_count + 8 * 16));
+  EXPECT_FALSE(over.at("fits").get<bool>()) << over.dump();
+}
+
+TEST_F(BenchCliTest, PlanBadInputExits2) {
+  const std::string source = source_dir();
+  const std::string config = source + "/configs/demo_gaussians.toml";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"plan", config, "--gaussians", "0", "--image-size", "64"}, "--gaussians '0' must be at least 1"},
+      {{"plan", config, "--gaussians", "ten", "--image-size", "64"}, "is not a number"},
+      {{"plan", config, "--gaussians", "10X", "--image-size", "64"}, "the suffix must be k, M or B"},
+      {{"plan", config, "--gaussians", "1M", "--image-size", "64y"}, "WIDTHxHEIGHT"},
+      {{"plan", config, "--gaussians", "1M", "--image-size", "64", "--gpu-memory", "8 parsecs"},
+       "the unit must be"},
+      {{"plan", source + "/configs/demo_nerf.toml", "--gaussians", "1M", "--image-size", "64"},
+       "the capacity plan is for the gaussians family"},
+      {{"plan", config, "--gaussians", "1M", "--ranks", "0", "--image-size", "64"}, "--ranks"},
+      {{"plan", temp_dir_ + "/missing.toml", "--gaussians", "1M"}, "missing.toml"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CommandResult r = tessera(0, args);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_TRUE(contains(r.err, message)) << "expected '" << message << "'\n" << describe(r);
+  }
+}
+
+TEST_F(BenchCliTest, PlanHelpDescribesEveryFlag) {
+  const CommandResult r = tessera(0, {"plan", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* flag : {"--gaussians", "--ranks", "--image-size", "--train-views",
+                           "--gpu-memory", "--usable", "--visible", "--ranks-touched", "--set",
+                           "peak_bytes_per_rank"})
+    EXPECT_TRUE(contains(r.out, flag)) << "help lacks " << flag << "\n" << describe(r);
 }
 
 // ---- bench diffusion ---------------------------------------------------------------------------

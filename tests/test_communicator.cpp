@@ -213,6 +213,27 @@ TEST_P(CommunicatorTest, AllToAllVUnevenAndEmpty) {
   EXPECT_EQ(none.size(0), 0);
 }
 
+// traffic() counts what this rank hands to collectives: all_to_all_v rows bound for other ranks
+// (not those it keeps), and allreduce payloads, both in bytes.
+TEST_P(CommunicatorTest, TrafficCountsBytesSentToOtherRanks) {
+  const Traffic before = comm().traffic();
+  std::vector<torch::Tensor> outgoing;
+  std::vector<int64_t> send_counts;
+  int64_t to_others = 0;
+  for (int d = 0; d < size(); ++d) {
+    outgoing.push_back(a2a_block(rank(), d, torch::kFloat32, device()));  // rows of 2 floats
+    send_counts.push_back(a2a_rows(rank(), d));
+    if (d != rank()) to_others += a2a_rows(rank(), d) * 2 * 4;
+  }
+  comm().all_to_all_v(torch::cat(outgoing), send_counts);
+  torch::Tensor t = torch::ones({5, 3}, torch::TensorOptions().dtype(torch::kFloat64).device(device()));
+  comm().allreduce(t, ReduceOp::Sum);
+  comm().allreduce_async(t, ReduceOp::Max)->wait();
+  const Traffic after = comm().traffic();
+  EXPECT_EQ(after.all_to_all_bytes - before.all_to_all_bytes, to_others);
+  EXPECT_EQ(after.allreduce_bytes - before.allreduce_bytes, 2 * 5 * 3 * 8);
+}
+
 TEST_P(CommunicatorTest, BadArgumentsAreUserErrors) {
   torch::Tensor flags = torch::zeros({4}, torch::TensorOptions().dtype(torch::kBool).device(device()));
   EXPECT_THROW(comm().allreduce(flags, ReduceOp::Sum), UserError);

@@ -210,6 +210,43 @@ TEST(SphericalHarmonics, NonContiguousInputsMatchContiguous) {
                            spherical_harmonics(2, in.dirs, in.coeffs)));
 }
 
+// The trainer passes a 3DGS model's two coefficient tensors (sh_dc, sh_rest) as they are: the
+// colours and every gradient equal those of the one-tensor form bitwise, and the gradients come
+// back in the two tensors' own shapes (no [N, K, 3] gradient to split).
+TEST(SphericalHarmonics, SplitCoefficientsMatchOneTensor) {
+  for (const int64_t num_bases : {1, 4, 16}) {
+    const Inputs in = make_inputs(300, num_bases, torch::kFloat32, 811 + num_bases);
+    const torch::Tensor cotangent = torch::randn({300, 3});
+    for (int64_t degree = 0; (degree + 1) * (degree + 1) <= num_bases; ++degree) {
+      const std::string what = "K=" + std::to_string(num_bases) + " degree " + std::to_string(degree);
+      const Result one = run_with_grads(op_sh, degree, in, cotangent);
+      const torch::Tensor dirs = in.dirs.detach().clone().requires_grad_(true);
+      const torch::Tensor dc = in.coeffs.slice(1, 0, 1).clone().requires_grad_(true);
+      const torch::Tensor rest = in.coeffs.slice(1, 1).clone().requires_grad_(true);
+      const torch::Tensor colors = spherical_harmonics(degree, dirs, dc, rest);
+      (colors * cotangent).sum().backward();
+      EXPECT_TRUE(torch::equal(colors, one.colors)) << what;
+      EXPECT_TRUE(torch::equal(dirs.grad(), one.v_dirs)) << what;
+      ASSERT_TRUE(dc.grad().defined()) << what;
+      EXPECT_EQ(dc.grad().sizes(), dc.sizes()) << what;
+      EXPECT_TRUE(torch::equal(dc.grad(), one.v_coeffs.slice(1, 0, 1))) << what;
+      if (num_bases > 1) {
+        ASSERT_TRUE(rest.grad().defined()) << what;
+        EXPECT_EQ(rest.grad().sizes(), rest.sizes()) << what;
+        EXPECT_TRUE(torch::equal(rest.grad(), one.v_coeffs.slice(1, 1))) << what;
+      }
+    }
+  }
+  // The two pieces are checked as the one tensor is.
+  const torch::Tensor dirs = torch::randn({5, 3}), dc = torch::randn({5, 1, 3}),
+                      rest = torch::randn({5, 15, 3});
+  EXPECT_NO_THROW(spherical_harmonics(3, dirs, dc, rest));
+  EXPECT_THROW(spherical_harmonics(3, dirs, torch::randn({5, 2, 3}), rest), c10::Error);
+  EXPECT_THROW(spherical_harmonics(3, dirs, dc, rest.slice(1, 0, 7)), c10::Error);  // K = 8
+  EXPECT_THROW(spherical_harmonics(3, dirs, dc.slice(0, 0, 4), rest), c10::Error);
+  EXPECT_THROW(spherical_harmonics(3, dirs, dc, rest.to(torch::kFloat64)), c10::Error);
+}
+
 TEST(SphericalHarmonics, BackwardIsDeterministicAcrossThreadCounts) {
   const Inputs in = make_inputs(50000, 16, torch::kFloat32, 901);
   const torch::Tensor cotangent = torch::randn({50000, 3});

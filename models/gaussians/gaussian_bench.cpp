@@ -145,12 +145,18 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   TrainingRun run(context, *comm, family, scene, run_options);
   std::vector<double> times;
   std::vector<PhaseTimes> phases;
+  distributed::Traffic timed_traffic;  // this rank's collectives over the timed steps
   for (int64_t t = 0; t < options.warmup + options.steps; ++t) {
     bench::sync(device);
     MPI_CHECK(MPI_Barrier(world));
+    const distributed::Traffic before = comm->traffic();
     const auto start = std::chrono::steady_clock::now();
     const StepRecord r = run.train_step(t);
     bench::sync(device);
+    if (t >= options.warmup) {
+      timed_traffic.all_to_all_bytes += comm->traffic().all_to_all_bytes - before.all_to_all_bytes;
+      timed_traffic.allreduce_bytes += comm->traffic().allreduce_bytes - before.allreduce_bytes;
+    }
     const double seconds =
         bench::max_over_ranks(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     const bool timed = t >= options.warmup;
@@ -162,16 +168,27 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
   const int64_t steady_peak = trainer.memory().peak_bytes;
   const double peak = bench::max_over_ranks(world, static_cast<double>(std::max(construction_peak, steady_peak)));
   const double steady = bench::max_over_ranks(world, static_cast<double>(steady_peak));
+  // Summed over ranks: what the whole job holds per Gaussian, and moves per step.
+  const double peak_sum =
+      bench::sum_over_ranks(world, static_cast<double>(std::max(construction_peak, steady_peak)));
+  const double steps = static_cast<double>(options.steps);
+  const double all_to_all =
+      bench::sum_over_ranks(world, static_cast<double>(timed_traffic.all_to_all_bytes)) / steps;
+  const double allreduce =
+      bench::sum_over_ranks(world, static_cast<double>(timed_traffic.allreduce_bytes)) / steps;
   const double step_s = bench::median(times);
   if (rank == 0) {
     std::printf("{\"bench\":\"gaussians\",\"count\":%lld,\"ranks\":%d,\"step_s\":%.6g,"
                 "\"gaussians_per_s\":%.6g,\"peak_bytes_per_rank\":%lld,"
-                "\"steady_peak_bytes_per_rank\":%lld,\"max_gaussians_per_rank\":%lld,"
+                "\"steady_peak_bytes_per_rank\":%lld,\"peak_bytes_per_gaussian\":%.1f,"
+                "\"all_to_all_bytes_per_step\":%.0f,\"allreduce_bytes_per_step\":%.0f,"
+                "\"max_gaussians_per_rank\":%lld,"
                 "\"init_s\":%.4g,\"device\":\"%s\",\"size\":%lld,\"views_per_step\":%lld,"
                 "\"sh_degree\":%d,\"steps\":%lld,\"phases_s\":%s}\n",
                 static_cast<long long>(global), ranks, step_s,
                 static_cast<double>(global) / step_s, static_cast<long long>(peak),
-                static_cast<long long>(steady), static_cast<long long>(max_local), init_s,
+                static_cast<long long>(steady), peak_sum / static_cast<double>(global),
+                all_to_all, allreduce, static_cast<long long>(max_local), init_s,
                 device.is_cuda() ? "cuda" : "cpu",
                 static_cast<long long>(scene.cameras().empty() ? 0 : scene.cameras()[0].width),
                 static_cast<long long>(options.views_per_step), options.sh_degree,
@@ -198,7 +215,10 @@ bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
       "of the allocator's peak from the trainer's construction on: the rank's slice of the "
       "initial set, parameters, Adam state, gradients, activations; the counting CPU "
       "allocator, or the CUDA caching allocator), then steady_peak_bytes_per_rank (the same over "
-      "the steps only), max_gaussians_per_rank, init_s, the settings, and phases_s (rank 0's "
+      "the steps only), peak_bytes_per_gaussian (every rank's peak summed, over count), "
+      "all_to_all_bytes_per_step and allreduce_bytes_per_step (the collectives' payload a timed "
+      "step moves, summed over ranks: all-to-all rows bound for other ranks; allreduce "
+      "tensors), max_gaussians_per_rank, init_s, the settings, and phases_s (rank 0's "
       "median seconds per phase of a step: project, sh, exchange, bin, rasterize, loss, "
       "rasterize_bwd, project_bwd, optimizer, densify, and the run's skip_check). Progress on stderr.");
   sub->add_option("--count", o->count,

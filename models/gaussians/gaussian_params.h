@@ -50,7 +50,6 @@ struct GaussianParams {
   int64_t size() const { return means.defined() ? means.size(0) : 0; }
   torch::Tensor scales() const { return log_scales.exp(); }            // [N, 3]
   torch::Tensor opacities() const { return opacity_logits.sigmoid(); }  // [N]
-  torch::Tensor sh_coeffs() const { return torch::cat({sh_dc, sh_rest}, 1); }  // [N, 16, 3]
   // Pointers to the six tensors in kGroupNames order.
   std::array<torch::Tensor*, 6> fields();
   std::array<const torch::Tensor*, 6> fields() const;

@@ -59,7 +59,7 @@ RenderOutput render_gaussians(const GaussianParams& params, const RenderCamera& 
                     params.means.options().requires_grad(false));
   const torch::Tensor dirs = params.means - centre;  // [N, 3]
   const torch::Tensor colors =
-      kernels::spherical_harmonics(options.sh_degree, dirs, params.sh_coeffs());  // [N, 3]
+      kernels::spherical_harmonics(options.sh_degree, dirs, params.sh_dc, params.sh_rest);
   const kernels::TileBins bins =
       kernels::bin_gaussians(proj.means2d.detach(), proj.radii, proj.depths.detach(),
                              camera.width, camera.height, options.tile_size, options.tile_mask);

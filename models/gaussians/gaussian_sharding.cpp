@@ -29,7 +29,10 @@ torch::Tensor bytes_as_rows(const torch::Tensor& bytes, const torch::Tensor& lik
   std::vector<int64_t> shape = like.sizes().vec();
   shape[0] = bytes.size(0);
   if (bytes.numel() == 0) return torch::empty(shape, like.options().requires_grad(false));
-  // A fresh buffer: a narrowed or single-row view may keep strides that view(dtype) rejects.
+  // A whole contiguous buffer is reinterpreted in place; a narrowed or single-row view may keep
+  // strides or an offset that view(dtype) rejects, so it is copied into a fresh one.
+  if (bytes.is_contiguous() && bytes.storage_offset() == 0)
+    return bytes.view(like.scalar_type()).reshape(shape);
   torch::Tensor packed = torch::empty(bytes.sizes(), bytes.options());
   packed.copy_(bytes);
   return packed.view(like.scalar_type()).reshape(shape);
@@ -240,59 +243,75 @@ std::vector<int64_t> balanced_boundaries(const torch::Tensor& costs, int parts) 
   return b;
 }
 
-std::vector<torch::Tensor> migrate_rows(distributed::Communicator& comm, const torch::Tensor& destination,
-                                        const std::vector<torch::Tensor>& tensors) {
+RowMigration::RowMigration(distributed::Communicator& comm, const torch::Tensor& destination)
+    : comm_(comm) {
   require(destination.dim() == 1 && destination.scalar_type() == torch::kInt64,
           "migrate_rows: destination must be [n] int64");
-  const int64_t n = destination.size(0);
+  n_ = destination.size(0);
   const torch::Device device = comm.device();
-  std::string layout = std::to_string(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const torch::Tensor& t = tensors[i];
-    require(t.dim() >= 1 && t.size(0) == n,
-            "migrate_rows: tensor " + std::to_string(i) + " must have " + std::to_string(n) +
-                " rows (the length of destination)");
-    require(t.device() == device, "migrate_rows: tensor " + std::to_string(i) +
-                                      " is not on the communicator's device");
-    layout += std::string("|") + c10::toString(t.scalar_type());
-    for (int64_t d = 1; d < t.dim(); ++d) layout += "," + std::to_string(t.size(d));
-  }
-  if (n > 0) {
+  if (n_ > 0) {
     const int64_t lo = destination.min().item<int64_t>(), hi = destination.max().item<int64_t>();
     require(lo >= 0 && hi < comm.size(), "migrate_rows: destination ranks must be in [0, " +
                                              std::to_string(comm.size()) + ")");
   }
-  // Every rank must move the same kinds of rows, or the byte rows would be misread.
+  const torch::Tensor dest = destination.to(device);
+  order_ = std::get<1>(dest.sort(/*stable=*/true, 0, false));
+  send_counts_ = to_int64s(torch::bincount(dest, /*weights=*/{}, comm.size()));
+  // Every rank learns how many rows it receives: the row counts travel as one empty column.
+  std::vector<int64_t> recv_counts;
+  comm.all_to_all_v(torch::zeros({n_, 1}, torch::TensorOptions(device).dtype(torch::kUInt8)),
+                    send_counts_, &recv_counts);
+  for (int64_t c : recv_counts) received_rows_ += c;
+}
+
+torch::Tensor RowMigration::move(const torch::Tensor& tensor, const torch::Tensor& then_order) {
+  require(tensor.dim() >= 1 && tensor.size(0) == n_,
+          "migrate_rows: a tensor must have " + std::to_string(n_) +
+              " rows (the length of destination)");
+  require(tensor.device() == comm_.device(),
+          "migrate_rows: a tensor is not on the communicator's device");
+  require(!then_order.defined() || (then_order.dim() == 1 && then_order.size(0) == received_rows_),
+          "migrate_rows: then_order must hold one index per received row");
+  // Every rank must move the same kind of rows, or the byte rows would be misread.
+  std::string layout = c10::toString(tensor.scalar_type());
+  for (int64_t d = 1; d < tensor.dim(); ++d) layout += "," + std::to_string(tensor.size(d));
   const int64_t fp = static_cast<int64_t>(distributed::fingerprint(layout) >> 2);
-  torch::Tensor check = torch::tensor({fp, -fp}, torch::kInt64).to(device);
-  comm.allreduce(check, distributed::ReduceOp::Max);
+  torch::Tensor check = torch::tensor({fp, -fp}, torch::kInt64).to(comm_.device());
+  comm_.allreduce(check, distributed::ReduceOp::Max);
   const std::vector<int64_t> got = to_int64s(check);
   require(got[0] == fp && got[1] == -fp,
           "migrate_rows: ranks passed tensors of different count, dtype or trailing shape");
 
-  const torch::Tensor dest = destination.to(device);
-  const torch::Tensor order = std::get<1>(dest.sort(/*stable=*/true, 0, false));
-  const std::vector<int64_t> send_counts =
-      to_int64s(torch::bincount(dest, /*weights=*/{}, comm.size()));
-  std::vector<torch::Tensor> parts;
-  std::vector<int64_t> widths;
-  for (const torch::Tensor& t : tensors) {
-    parts.push_back(detail::rows_as_bytes(t));
-    widths.push_back(parts.back().size(1));
+  constexpr int64_t kSliceBytes = 32;
+  const torch::Tensor bytes = detail::rows_as_bytes(tensor);
+  const int64_t width = bytes.size(1);
+  torch::Tensor out = torch::empty({received_rows_, width}, bytes.options());
+  // out[j] = received[then_order[j]]: received row i goes to row inverse[i].
+  torch::Tensor inverse;
+  if (then_order.defined()) {
+    const torch::Tensor order = then_order.to(comm_.device(), torch::kInt64);
+    inverse = torch::empty_like(order);
+    inverse.index_put_({order}, torch::arange(received_rows_, order.options()));
   }
-  // A column so that row counts travel even when no tensor has bytes per row.
-  parts.push_back(torch::zeros({n, 1}, torch::TensorOptions(device).dtype(torch::kUInt8)));
-  const torch::Tensor packed = torch::cat(parts, 1).index_select(0, order);
-  const torch::Tensor received = comm.all_to_all_v(packed, send_counts);
+  for (int64_t first = 0; first < width; first += kSliceBytes) {
+    const int64_t w = std::min(kSliceBytes, width - first);
+    const torch::Tensor slice =
+        comm_.all_to_all_v(bytes.narrow(1, first, w).index_select(0, order_), send_counts_);
+    if (inverse.defined())
+      out.narrow(1, first, w).index_copy_(0, inverse, slice);
+    else
+      out.narrow(1, first, w).copy_(slice);
+  }
+  torch::Tensor rows = detail::bytes_as_rows(out, tensor);
+  if (tensor.requires_grad()) rows.requires_grad_(true);
+  return rows;
+}
+
+std::vector<torch::Tensor> migrate_rows(distributed::Communicator& comm, const torch::Tensor& destination,
+                                        const std::vector<torch::Tensor>& tensors) {
+  RowMigration migration(comm, destination);
   std::vector<torch::Tensor> out;
-  int64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    torch::Tensor rows =
-        detail::bytes_as_rows(received.narrow(1, offset, widths[i]), tensors[i]);
-    offset += widths[i];
-    if (tensors[i].requires_grad()) rows.requires_grad_(true);
-    out.push_back(rows);
-  }
+  for (const torch::Tensor& t : tensors) out.push_back(migration.move(t));
   return out;
 }
 
@@ -362,23 +381,18 @@ RebalanceReport rebalance(distributed::Communicator& comm, ShardRows& rows, cons
   const int64_t kept = (destination == comm.rank()).sum().item<int64_t>();
   report.rows_sent = n - kept;
 
-  std::vector<torch::Tensor> moving = {rows.means, rows.global_ids, codes};
-  if (rows.costs.defined()) moving.push_back(rows.costs);
-  moving.insert(moving.end(), rows.tensors.begin(), rows.tensors.end());
-  std::vector<torch::Tensor> got = migrate_rows(comm, destination, moving);
-  const torch::Tensor new_order = key_order(got[2], got[1]);
-  for (torch::Tensor& t : got) {
-    const bool grad = t.requires_grad();
-    t = t.detach().index_select(0, new_order);
-    if (grad) t.requires_grad_(true);
-  }
-  report.rows_received = got[0].size(0) - kept;
-  size_t next = 0;
-  rows.means = got[next++];
-  rows.global_ids = got[next++];
-  ++next;  // codes
-  if (rows.costs.defined()) rows.costs = got[next++];
-  for (torch::Tensor& t : rows.tensors) t = got[next++];
+  // Ids and codes first: they give the received rows' key order, and every other tensor is
+  // replaced in `rows` as soon as it arrives in that order, so that its old rows can go.
+  RowMigration migration(comm, destination);
+  const torch::Tensor got_ids = migration.move(rows.global_ids.to(device));
+  const torch::Tensor new_order = key_order(migration.move(codes), got_ids);
+  const auto arrive = [&](torch::Tensor& t) { t = migration.move(t, new_order); };
+  if (options.before_moving) options.before_moving();
+  rows.global_ids = got_ids.index_select(0, new_order);
+  arrive(rows.means);
+  if (rows.costs.defined()) arrive(rows.costs);
+  for (torch::Tensor& t : rows.tensors) arrive(t);
+  report.rows_received = migration.received_rows() - kept;
   return report;
 }
 

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "distributed/communicator.h"
@@ -44,13 +45,35 @@ torch::Tensor morton_codes(const torch::Tensor& means,  // [N, 3] float32 or flo
 std::vector<int64_t> balanced_boundaries(const torch::Tensor& costs,  // [T] float64 (any float)
                                          int parts);                  // -> [parts + 1]
 
-// Moves rows to new owners. Row i of every tensor goes to rank destination[i]. Returns one tensor
-// per input: the rows this rank receives, ordered by (source rank, the row's local order at its
-// source). Tensors may have any dtype (also bool and other types the Communicator does not
-// reduce: rows travel as bytes, in one all_to_all_v for all tensors) and any trailing shape, and
-// must share the leading dimension n_local (0 allowed). The results are new tensors; a tensor that
-// required grad gives a leaf that requires grad. Collective: every rank passes the same number of
-// tensors with the same dtypes and trailing shapes, on the communicator's device.
+// Moves rows to new owners, one tensor at a time, so that a caller replacing each tensor as it
+// arrives holds at most two copies of one tensor above its rows (not a packed copy of all of them
+// sent and another received: at 1M Gaussians with Adam state that was 1.9 KB per Gaussian on top).
+// Row i of every tensor goes to rank destination[i]. move() returns the rows this rank receives,
+// ordered by (source rank, the row's local order at its source). Tensors may have any dtype (also
+// bool and other types the Communicator does not reduce: rows travel as bytes) and any trailing
+// shape, with n_local rows (0 allowed). The results are new tensors; a tensor that required grad
+// gives a leaf that requires grad. Collective: every rank constructs the migration together and
+// moves the same sequence of tensors (dtypes and trailing shapes checked at every move).
+class RowMigration {
+ public:
+  RowMigration(distributed::Communicator& comm,
+               const torch::Tensor& destination);  // [n_local] int64 in [0, size)
+  // [n_local, *] -> [received_rows(), *]; with `then_order` [received_rows()] int64 the received
+  // rows are returned reordered, as index_select(0, then_order) would, without a second copy.
+  // Wide rows travel in slices of at most 32 bytes, so that what is in flight above the input
+  // and the result is two slices of it, not two copies of the tensor.
+  torch::Tensor move(const torch::Tensor& tensor, const torch::Tensor& then_order = {});
+  int64_t received_rows() const { return received_rows_; }
+
+ private:
+  distributed::Communicator& comm_;
+  int64_t n_ = 0;
+  int64_t received_rows_ = 0;
+  torch::Tensor order_;               // local rows sorted by destination (stable)
+  std::vector<int64_t> send_counts_;  // rows to each rank
+};
+
+// RowMigration over a list: one result per input, in order.
 std::vector<torch::Tensor> migrate_rows(
     distributed::Communicator& comm,
     const torch::Tensor& destination,          // [n_local] int64 in [0, size)
@@ -61,6 +84,10 @@ struct RebalanceOptions {
   double imbalance_threshold = 1.2;
   bool force = false;  // migrate whatever the imbalance
   int bits_per_axis = kMortonBits63;
+  // Called once the rows are to move, before the first row moves: the caller drops its other
+  // references to the ShardRows' tensors, so that each tensor's old rows are freed as its new
+  // rows arrive (rebalance replaces the tensors in ShardRows one at a time).
+  std::function<void()> before_moving;
 };
 
 // Rows owned by this rank: positions, global ids, per-row costs and everything else that must move
@@ -103,7 +130,8 @@ torch::Tensor gather_canonical(distributed::Communicator& comm,
 
 namespace detail {
 // Rows as raw bytes, so that any dtype travels through the Communicator's uint8 collectives:
-// [n, *] -> [n, row_bytes] uint8 (contiguous), and back to [n, *rest] of `like`'s dtype.
+// [n, *] -> [n, row_bytes] uint8 (contiguous), and back to [n, *rest] of `like`'s dtype (a view
+// of `bytes` when it is a whole contiguous buffer, else a copy).
 torch::Tensor rows_as_bytes(const torch::Tensor& tensor);  // [n, *] -> [n, B] uint8
 torch::Tensor bytes_as_rows(const torch::Tensor& bytes,    // [m, B] uint8
                             const torch::Tensor& like);    // [*, *rest] -> [m, *rest]

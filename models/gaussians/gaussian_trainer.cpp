@@ -156,14 +156,15 @@ GaussianParams GaussianTrainer::init_from_stereo(const data::SceneReader& scene,
 void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool with_state) {
   const auto fields = params_.fields();
   for (size_t i = 0; i < kFields; ++i) {
-    torch::Tensor fresh = rows[i].detach().contiguous().clone().set_requires_grad(true);
+    // The rows' storage becomes the parameter's (a new leaf): callers hand over tensors nothing
+    // else writes to (new from a migration, a file or an initialization).
+    torch::Tensor fresh = rows[i].detach().contiguous().set_requires_grad(true);
     if (optimizer_ != nullptr) {
-      torch::Tensor* slot = nullptr;
-      for (auto& group : optimizer_->param_groups())
-        for (auto& p : group.params())
-          if (p.unsafeGetTensorImpl() == fields[i]->unsafeGetTensorImpl()) slot = &p;
-      if (slot == nullptr) throw std::logic_error("GaussianTrainer: parameter not in optimizer");
-      optimizer_->state().erase(fields[i]->unsafeGetTensorImpl());
+      // make_optimizer: one group per field, in kGroupNames order.
+      auto& params = optimizer_->param_groups().at(i).params();
+      if (params.size() != 1) throw std::logic_error("GaussianTrainer: one parameter per group");
+      if (fields[i]->defined()) optimizer_->state().erase(fields[i]->unsafeGetTensorImpl());
+      if (params[0].defined()) optimizer_->state().erase(params[0].unsafeGetTensorImpl());
       if (with_state) {
         auto state = std::make_unique<torch::optim::AdamParamState>();
         state->step(adam_steps_);
@@ -171,7 +172,7 @@ void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool 
         state->exp_avg_sq(rows[kFields + 2 * i + 1].contiguous());
         optimizer_->state()[fresh.unsafeGetTensorImpl()] = std::move(state);
       }
-      *slot = fresh;
+      params[0] = fresh;
     }
     *fields[i] = fresh;
   }
@@ -180,6 +181,18 @@ void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool 
     stats_.count = rows[3 * kFields + 1].contiguous();
     stats_.max_radii = rows[3 * kFields + 2].contiguous();
   }
+}
+
+void GaussianTrainer::release_rows() {
+  const auto fields = params_.fields();
+  for (size_t i = 0; i < kFields; ++i) {
+    if (optimizer_ != nullptr) {
+      if (fields[i]->defined()) optimizer_->state().erase(fields[i]->unsafeGetTensorImpl());
+      optimizer_->param_groups().at(i).params().at(0) = torch::Tensor();
+    }
+    *fields[i] = torch::Tensor();  // its gradient, if any, goes with it
+  }
+  stats_ = DensifyStats{};
 }
 
 RebalanceReport GaussianTrainer::rebalance(bool force) {
@@ -205,6 +218,10 @@ RebalanceReport GaussianTrainer::rebalance(bool force) {
   RebalanceOptions ro;
   ro.imbalance_threshold = options_.rebalance_threshold;
   ro.force = force;
+  // Once rows move, `rows` holds the only references to them: each tensor's old rows are freed
+  // as its new rows arrive, so a rebalance needs about one copy of the state, not two. The
+  // gradients go too (the step that made them is over).
+  ro.before_moving = [this] { release_rows(); };
   const RebalanceReport report = gaussians::rebalance(comm_, rows, bounds, ro);  // the free function
   if (report.migrated) {
     ids_ = rows.global_ids;

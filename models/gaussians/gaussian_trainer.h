@@ -187,7 +187,6 @@ class GaussianTrainer {
     std::vector<torch::Tensor> radii;    // per view [n] int32
     std::vector<torch::Tensor> means2d;  // per view [n, 2], retain_grad() called when training
     std::vector<int64_t> widths, heights;
-    torch::Tensor received;              // [R, 10] the exchanged rows (the backward hook)
   };
   // Renders the views with the sharded pipeline: per view, the full image on every rank.
   // `depth_alpha`: each Gaussian's colour is (its view-space depth, 1, 0) and the background
@@ -205,6 +204,9 @@ class GaussianTrainer {
   void set_learning_rates(int64_t s);
   void densify(int64_t s, GaussianStepResult& result);
   void install_rows(const std::vector<torch::Tensor>& rows, bool with_state);
+  // Drops the trainer's references to its rows (parameters and their gradients, Adam moments,
+  // statistics) while a rebalance moves them; install_rows puts the moved rows back.
+  void release_rows();
 
   distributed::Communicator& comm_;
   const data::SceneReader& scene_;

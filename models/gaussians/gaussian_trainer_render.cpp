@@ -46,26 +46,6 @@ class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFuncti
   }
 };
 
-// rows.index_select(0, order) for a permutation `order` of the rows, whose backward gathers the
-// gradient by the inverse permutation: index_select's own backward is a scatter-add, which a
-// permutation (no index twice) does not need; at 1M rows that scatter-add was an eighth of a step.
-class PermuteRowsFunction : public torch::autograd::Function<PermuteRowsFunction> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& rows,
-                               const torch::Tensor& order) {
-    torch::Tensor inverse = torch::empty_like(order);
-    inverse.index_put_({order}, torch::arange(order.size(0), order.options()));
-    ctx->save_for_backward({inverse});
-    return rows.index_select(0, order);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const torch::Tensor inverse = ctx->get_saved_variables()[0];
-    return {grads[0].defined() ? grads[0].index_select(0, inverse) : torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
 // The rasterizer's inputs from projected rows [m, 10]: means2d [m, 2], conics [m, 3], colors
 // [m, 3], opacities [m], contiguous. Backward writes their gradients into one [m, 10] tensor
 // (depth's column zero) instead of one zero-filled [m, 10] per slice and their sum.
@@ -92,6 +72,31 @@ class RasterInputsFunction : public torch::autograd::Function<RasterInputsFuncti
     return {torch::cat(columns, 1)};
   }
 };
+
+// The views' rows one after the other: a batch of one view is its one tensor, not a copy.
+torch::Tensor cat_views(const std::vector<torch::Tensor>& per_view) {
+  return per_view.size() == 1 ? per_view[0] : torch::cat(per_view);
+}
+
+// bin_gaussians with equal depths ordered by `ids` [m] (unique global ids, CPU int64) instead of
+// by row: the rows are binned in id order and the lists mapped back to rows. The received rows
+// then need no reordering (no [m, 10] copy in the forward, nor of its gradient in the
+// backward), and the lists, hence the image and the gradients, are those of any world size.
+kernels::TileBins bin_in_id_order(const torch::Tensor& means2d, const torch::Tensor& radii,
+                                  const torch::Tensor& depths, const torch::Tensor& ids,
+                                  int64_t width, int64_t height, int64_t tile_size,
+                                  const torch::Tensor& tile_mask) {
+  const bool ascending =
+      ids.size(0) < 2 || (ids.slice(0, 1) > ids.slice(0, 0, -1)).all().item<bool>();
+  if (ascending)  // already in id order: nothing to reorder
+    return kernels::bin_gaussians(means2d, radii, depths, width, height, tile_size, tile_mask);
+  const torch::Tensor by_id = ids.argsort().to(means2d.device());
+  kernels::TileBins bins = kernels::bin_gaussians(
+      means2d.index_select(0, by_id), radii.index_select(0, by_id),
+      depths.index_select(0, by_id), width, height, tile_size, tile_mask);
+  bins.gaussian_ids = by_id.index_select(0, bins.gaussian_ids);
+  return bins;
+}
 
 // Per-tile intersection counts of one view's rects [P, 4] (x0, x1, y0, y1): a 2D difference
 // array, then prefix sums. -> [tiles_y * tiles_x] float64.
@@ -136,7 +141,6 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   const int64_t b_count = static_cast<int64_t>(views.size());
   const torch::Tensor scales = params_.scales();
   const torch::Tensor opacities = params_.opacities();
-  const torch::Tensor coeffs = params_.sh_coeffs();
 
   // On one rank the exchange is the identity: every row stays, in its order, and the rows whose
   // rect is empty (culled), which the plan would have left out, bin into no tile.
@@ -158,7 +162,8 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
         depth_alpha ? torch::stack({proj.depths, torch::ones_like(proj.depths),
                                     torch::zeros_like(proj.depths)},
                                    1)
-                    : kernels::spherical_harmonics(sh_degree, params_.means - centre, coeffs);
+                    : kernels::spherical_harmonics(sh_degree, params_.means - centre,
+                                                   params_.sh_dc, params_.sh_rest);
     rows.push_back(torch::cat({proj.means2d, proj.conics, colors, opacities.unsqueeze(1),
                                proj.depths.unsqueeze(1)},
                               1));  // [n, 10]
@@ -195,20 +200,19 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   // backward can start, and rasterize_bwd ends where every consumer of `received` is done.
   torch::Tensor received, received_side;  // [R, 10] and, on the CPU, [R, 3]
   if (single_rank) {
-    received = phase_mark(phase_mark(torch::cat(rows), &phases_, "exchange"), &phases_,
+    received = phase_mark(phase_mark(cat_views(rows), &phases_, "exchange"), &phases_,
                           "rasterize_bwd");
-    received_side = torch::cat(side).cpu();
+    received_side = cat_views(side).cpu();
   } else {
     std::vector<torch::Tensor> dest;
     for (int64_t b = 0; b < b_count; ++b)
       dest.push_back(destination_ranks(rects[b], tiles_x[b], first_tile[b], partition));
     const ExchangePlan plan = make_exchange_plan(comm_, torch::cat(dest));
     received = phase_mark(
-        exchange_projected(comm_, plan, phase_mark(torch::cat(rows), &phases_, "exchange")),
+        exchange_projected(comm_, plan, phase_mark(cat_views(rows), &phases_, "exchange")),
         &phases_, "rasterize_bwd");
-    received_side = exchange_with_plan(comm_, plan, torch::cat(side)).cpu();
+    received_side = exchange_with_plan(comm_, plan, cat_views(side)).cpu();
   }
-  if (batch != nullptr) batch->received = received;
   phases_.lap("exchange");
 
   const torch::Tensor my_tiles = partition.mask(comm_.rank());  // [T] bool
@@ -219,35 +223,26 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     const torch::Tensor tile_mask = my_tiles.slice(0, first_tile[b], first_tile[b + 1]);
     const torch::Tensor pixels =
         pixel_mask(tile_mask, cam.width, cam.height, ts).to(device).unsqueeze(2);  // [H, W, 1]
-    // This view's received rows in global-id order, so that binning's tie rule (row index)
-    // orders equal depths by global id whatever the world size. A batch of one view takes all
-    // rows, and rows already in id order (one rank, whose ids ascend) are taken as they are:
-    // no gather forward, no scatter backward.
+    // This view's received rows (a batch of one view takes all of them, no copy), in the order
+    // they arrived; binning orders equal depths by global id, whatever the world size.
     const torch::Tensor of_view =
         b_count == 1 ? torch::Tensor()
                      : torch::nonzero(received_side.select(1, 2) == b).flatten();
     const torch::Tensor ids = of_view.defined()
                                   ? received_side.select(1, 1).index_select(0, of_view)
                                   : received_side.select(1, 1);
-    const bool ascending =
-        ids.size(0) < 2 || (ids.slice(0, 1) > ids.slice(0, 0, -1)).all().item<bool>();
-    torch::Tensor by_id = of_view;  // undefined: every row, as received
-    if (!ascending) by_id = of_view.defined() ? of_view.index_select(0, ids.argsort()) : ids.argsort();
-    // One view takes every row: by_id is then a permutation.
     const torch::Tensor r =
-        !by_id.defined() ? received
-        : of_view.defined() ? received.index_select(0, by_id.to(device))
-                            : PermuteRowsFunction::apply(received, by_id.to(device));  // [m, 10]
+        of_view.defined() ? received.index_select(0, of_view.to(device)) : received;  // [m, 10]
     const torch::Tensor radii =
-        (by_id.defined() ? received_side.select(1, 0).index_select(0, by_id)
-                         : received_side.select(1, 0))
+        (of_view.defined() ? received_side.select(1, 0).index_select(0, of_view)
+                           : received_side.select(1, 0))
             .to(device, torch::kInt32);
     torch::Tensor partial;
     if (r.size(0) > 0 && tile_mask.any().item<bool>()) {
       const torch::Tensor means2d = r.slice(1, 0, 2), depths = r.select(1, 9);
       const kernels::TileBins bins =
-          kernels::bin_gaussians(means2d.detach(), radii, depths.detach(), cam.width,
-                                 cam.height, ts, tile_mask.to(device));
+          bin_in_id_order(means2d.detach(), radii, depths.detach(), ids, cam.width, cam.height,
+                          ts, tile_mask.to(device));
       phases_.lap("bin");
       const torch::autograd::variable_list in = RasterInputsFunction::apply(r);
       const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
