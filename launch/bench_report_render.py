@@ -445,6 +445,123 @@ def section_gstep(raw, cmds):
     return "\n".join(out)
 
 
+def section_scale(raw, cmds):
+    out = ["## 10 M Gaussians on 4 ranks (`tessera bench gaussians`, a training run)", ""]
+    labels, rows = bench_rows(raw, cmds, "scale-", "gaussians")
+    if not labels:
+        out.append("Not run (left out with `--only`).")
+        return "\n".join(out)
+    out += ["Random Gaussians in the bounds of a 16-view 128×128 synthetic scene (`tessera synth "
+            "--preset objects`), SH degree 3, one view per step, no densification. Peak = the "
+            "largest rank's allocator peak from the trainer's construction on; bytes per Gaussian = "
+            "every rank's peak summed, over the count (`peak_bytes_per_gaussian`); all-to-all = the "
+            "projected rows and their gradients a step sends between ranks, summed over ranks. Ratios "
+            "against the 1-rank run at the same count, in the same run.", ""]
+    if not rows:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    base = {r["count"]: r for r in rows if r["ranks"] == 1}
+    trs = []
+    for r in sorted(rows, key=lambda r: (r["count"], r["ranks"])):
+        b = base.get(r["count"])
+        trs.append([f"{r['count']:,}", r["ranks"], f"{r.get('max_gaussians_per_rank', 0):,}",
+                    fmt(r["step_s"]), fmt(r["gaussians_per_s"]),
+                    fmt(r["peak_bytes_per_rank"] / MIB),
+                    ratio(r["peak_bytes_per_rank"], b and b["peak_bytes_per_rank"]),
+                    f"{r.get('peak_bytes_per_gaussian', 0):,.0f}",
+                    fmt(r.get("all_to_all_bytes_per_step", 0) / MIB),
+                    fmt(r.get("init_s")),
+                    fmt(r["export_s"]) if r.get("export_s") else "—"])
+    out.append(table(["Gaussians", "ranks", "per rank (max)", "step (s)", "Gaussians/s",
+                      "peak/rank (MiB)", "peak vs 1 rank", "bytes per Gaussian",
+                      "all-to-all per step (MiB)", "init (s)", "PLY export (s)"], trs))
+    out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
+    # The training run from the exported PLY.
+    train_dir = os.path.join(raw, "scale-train")
+    records = read_jsonl(os.path.join(train_dir, "metrics.jsonl"))
+    steps = [r for r in records if "step" in r and "loss" in r and "all_to_all_bytes" in r]
+    ranks_path = os.path.join(train_dir, "ranks.json")
+    out += ["", "**Training from the 10M-Gaussian PLY** (`tessera train configs/demo_gaussians.toml` "
+            "on 4 ranks, `gaussians.init_ply` = the set the 4-rank bench exported, 4 steps; the "
+            "command is in the table at the end):", ""]
+    if not steps or not os.path.exists(ranks_path):
+        out.append("No results." + status_note(cmds, "scale-train-np4"))
+        return "\n".join(out)
+    ranks = json.load(open(ranks_path)).get("ranks", [])
+    one = base.get(10000000)
+    peaks = [r.get("peak_mem_bytes", 0) for r in ranks]
+    trs = [[r.get("rank"), fmt(r.get("peak_mem_bytes", 0) / MIB),
+            ratio(r.get("peak_mem_bytes", 0), one and one["peak_bytes_per_rank"])] for r in ranks]
+    out.append(table(["rank", "peak (MiB)", "vs the bench's 1 rank holding all 10M"], trs))
+    last = steps[-1]
+    rate = [r["steps_per_s"] for r in steps if r.get("steps_per_s")]
+    out += ["", f"Gaussians {last.get('gaussians', 0):,}; {len(steps)} steps logged; step time "
+            f"{fmt(1 / (sorted(rate)[len(rate) // 2])) if rate else '?'} s (median); rank 0 sent "
+            f"{fmt(sorted(r['all_to_all_bytes'] for r in steps)[len(steps) // 2] / MIB)} MiB by "
+            f"all-to-all per step (median); the ranks' peaks sum to {sum(peaks) / MIB:,.0f} MiB, "
+            f"{sum(peaks) / max(1, last.get('gaussians', 1)):,.0f} bytes per Gaussian "
+            "(the process peaks: start-up and reading the PLY slice included)."]
+    return "\n".join(out)
+
+
+def section_plan(raw, cmds):
+    out = ["## Capacity plan (`tessera plan`) against the measurements, and projections", ""]
+    labels = [c for c in cmds if c["label"].startswith("plan-")]
+    plans = {}
+    for c in labels:
+        for r in read_jsonl(os.path.join(raw, c["out"])):
+            if r.get("plan") == "gaussians":
+                plans[c["label"][len("plan-"):]] = r
+    if not plans:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+        return "\n".join(out)
+    out += ["`tessera plan configs/demo_gaussians.toml --gaussians G --ranks N --image-size S` "
+            "for each 3DGS bench run of this report (the same count, ranks and size; no cached "
+            "targets), against what the bench measured: the per-rank peak and the all-to-all bytes "
+            "per step. The plan's costs are measured constants (docs/gaussians.md, \"Capacity "
+            "plan\"); its exchange model assumes every Gaussian in view (`--visible 1`) touching "
+            "1.5 ranks' tiles (`--ranks-touched`).", ""]
+    trs = []
+    for key in sorted(k for k in plans if not k.startswith("projection-")):
+        p = plans[key]
+        measured = [r for r in read_jsonl(os.path.join(raw, key + ".jsonl")) if r.get("bench") == "gaussians"]
+        if not measured:
+            continue
+        m = measured[0]
+        err = p["peak_bytes_per_rank"] / m["peak_bytes_per_rank"] - 1
+        a2a_m, a2a_p = m.get("all_to_all_bytes_per_step", 0), p["all_to_all_bytes_per_step"]
+        trs.append([key, f"{p['count']:,}", p["ranks"], f"{p['size']}×{p['height']}",
+                    fmt(m["peak_bytes_per_rank"] / MIB), fmt(p["peak_bytes_per_rank"] / MIB),
+                    f"{100 * err:+.1f}%", p.get("peak_at", "?"),
+                    fmt(a2a_m / MIB), fmt(a2a_p / MIB),
+                    f"{100 * (a2a_p / a2a_m - 1):+.1f}%" if a2a_m else "—"])
+    out.append(table(["run", "Gaussians", "ranks", "image", "peak/rank measured (MiB)",
+                      "planned (MiB)", "error", "peak at", "all-to-all measured (MiB)",
+                      "planned (MiB)", "error"], trs))
+    proj = [plans[k] for k in sorted(plans, key=lambda k: (plans[k]["count"], plans[k]["ranks"]))
+            if k.startswith("projection-")]
+    if proj:
+        link = 50e9  # bytes/s per GPU: 400 Gb/s InfiniBand NDR, one NIC per GPU
+        out += ["", "**Projections** for 1920×1080 training views (one per step), 300 train views "
+                "cached on every rank (7.5 GB), on H200s (141 GB, 90% of it for the allocator's "
+                "peak), every Gaussian in view (`--visible 1`: an object-centric capture; a large "
+                "scene's view sees a fraction, and its exchange shrinks with it). Exchange time = "
+                "all-to-all bytes per rank over 50 GB/s (one 400 Gb/s NIC per GPU), a lower bound "
+                "that ignores latency and overlap. For scale: Grendel-GS trains 40 M Gaussians on "
+                "16 GPUs, RetinaGS 1 B on 64.", ""]
+        trs = []
+        for p in proj:
+            a2a_rank = p["all_to_all_bytes_per_step"] / p["ranks"]
+            trs.append([f"{p['count']:,}", p["ranks"], f"{p['max_gaussians_per_rank']:,}",
+                        f"{p['peak_bytes_per_rank'] / 1e9:,.1f}", "yes" if p["fits"] else "**no**",
+                        f"{p['max_count']:,}" if p.get("max_count") else "—",
+                        f"{a2a_rank / 1e9:,.2f}", f"{1e3 * a2a_rank / link:,.0f}"])
+        out.append(table(["Gaussians", "H200s", "per rank", "peak/rank (GB)", "fits 141 GB",
+                          "largest that fits", "all-to-all per rank and step (GB)",
+                          "exchange time (ms)"], trs))
+    return "\n".join(out)
+
+
 def section_diffusion(raw, cmds, plots, doc_dir):
     out = ["## Point diffusion: checkpoint policies (`tessera bench diffusion`)", ""]
     labels, rows = bench_rows(raw, cmds, "diffusion", "diffusion")
@@ -565,7 +682,7 @@ def main():
     if quick:
         doc += ["> **Quick variant** (`--quick`): fewer repeats and smaller sizes (a 32×32 scene, 512-ray "
                 "training steps, 256-ray fixed batches, one timed repeat, 16 MiB largest allreduce, 0.05 s "
-                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps, no 4M run; the 3DGS step phases at full size with 2 timed steps; one timed snapshot write and read per mode). Good for spotting regressions, noisy as absolute numbers. Run "
+                "per kernel benchmark; Gaussians on a 64×64 scene, 2 timed steps (the 4M and 10M runs of the scale section are the same in both variants); the 3DGS step phases at full size with 2 timed steps; one timed snapshot write and read per mode). Good for spotting regressions, noisy as absolute numbers. Run "
                 "`launch/bench-report` without `--quick` for the full variant.", ""]
     load = f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end"
     doc += ["## Machine and build", "",
@@ -603,6 +720,10 @@ def main():
         doc += [section_diffusion(a.raw, cmds, a.plots, doc_dir), ""]
     if "snapshot" in sections:
         doc += [section_snapshot(a.raw, cmds), ""]
+    if "scale" in sections:
+        doc += [section_scale(a.raw, cmds), ""]
+    if "plan" in sections:
+        doc += [section_plan(a.raw, cmds), ""]
     doc += ["## Commands", "",
             "Run from the repository root, in this order (`mpirun` flags from `launch/common.sh`); seconds "
             "are wall time.", "",

@@ -45,6 +45,7 @@ struct GaussianBenchOptions {
   std::string device = "auto";
   uint64_t seed = 0;
   double timeout_s = 1800;
+  std::string export_ply;          // "": none; else the trained set is exported here at the end
 };
 
 // Checked before MPI starts, so that every rank fails alike and the launcher's rank 0 says why.
@@ -66,6 +67,11 @@ void validate(const GaussianBenchOptions& o) {
   if (o.scene.empty() && (o.views < 3 || o.views > 10000))
     fail("--views must be in [3, 10000] (got " + std::to_string(o.views) + ")");
   if (!(o.timeout_s > 0)) fail("--timeout must be > 0");
+  if (!o.export_ply.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(o.export_ply).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      fail("--export-ply: the folder " + parent.string() + " does not exist");
+  }
 }
 
 
@@ -166,6 +172,15 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
              timed ? "" : " (warm-up)", seconds, r.loss);
   }
   const int64_t steady_peak = trainer.memory().peak_bytes;
+  double export_s = 0;
+  if (!options.export_ply.empty()) {
+    bench::progress(rank, "gaussians", "exporting %lld Gaussians to %s",
+                    static_cast<long long>(global), options.export_ply.c_str());
+    const auto export_start = std::chrono::steady_clock::now();
+    trainer.export_ply(options.export_ply);
+    export_s = bench::max_over_ranks(
+        world, std::chrono::duration<double>(std::chrono::steady_clock::now() - export_start).count());
+  }
   const double peak = bench::max_over_ranks(world, static_cast<double>(std::max(construction_peak, steady_peak)));
   const double steady = bench::max_over_ranks(world, static_cast<double>(steady_peak));
   // Summed over ranks: what the whole job holds per Gaussian, and moves per step.
@@ -184,7 +199,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
                 "\"all_to_all_bytes_per_step\":%.0f,\"allreduce_bytes_per_step\":%.0f,"
                 "\"max_gaussians_per_rank\":%lld,"
                 "\"init_s\":%.4g,\"device\":\"%s\",\"size\":%lld,\"views_per_step\":%lld,"
-                "\"sh_degree\":%d,\"steps\":%lld,\"phases_s\":%s}\n",
+                "\"sh_degree\":%d,\"steps\":%lld,\"export_s\":%.4g,\"phases_s\":%s}\n",
                 static_cast<long long>(global), ranks, step_s,
                 static_cast<double>(global) / step_s, static_cast<long long>(peak),
                 static_cast<long long>(steady), peak_sum / static_cast<double>(global),
@@ -192,7 +207,7 @@ int run_gaussian_bench(const GaussianBenchOptions& options) {
                 device.is_cuda() ? "cuda" : "cpu",
                 static_cast<long long>(scene.cameras().empty() ? 0 : scene.cameras()[0].width),
                 static_cast<long long>(options.views_per_step), options.sh_degree,
-                static_cast<long long>(options.steps),
+                static_cast<long long>(options.steps), export_s,
                 bench::phases_json(median_phases(phases)).c_str());
     std::fflush(stdout);
   }
@@ -247,6 +262,10 @@ bench::BenchCommand add_gaussian_bench(CLI::App& bench) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   sub->add_option("--seed", o->seed, "Seed of the scene, the Gaussians and the view order")
       ->capture_default_str();
+  sub->add_option("--export-ply", o->export_ply,
+                  "After the timed steps, export the Gaussians to this INRIA .ply (gathered to "
+                  "rank 0 a chunk at a time, as training's export; export_s in the JSON): a "
+                  "large random scene to start a training run from (gaussians.init_ply)");
   sub->add_option("--timeout", o->timeout_s,
                   "Seconds a rank may wait in one collective before the job is aborted (exit 3)")
       ->capture_default_str();

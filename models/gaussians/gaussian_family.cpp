@@ -69,6 +69,7 @@ void GaussianFamily::on_start(int64_t first_step) {
 }
 
 StepRecord GaussianFamily::forward_backward(const StepControl& control) {
+  all_to_all_at_step_start_ = comm_.traffic().all_to_all_bytes;
   pending_ = trainer_.forward_backward(control.step, control.loss_scale, control.precision);
   StepRecord record;
   record.loss = pending_.loss;
@@ -86,7 +87,10 @@ void GaussianFamily::apply_step(const StepControl& control, bool skipped, StepRe
   const double rate = trainer_.sampling_rate_at(control.step);
   record.fields = {{"gaussians", r.global_count},     {"sh_degree", r.sh_degree},
                    {"sampling_rate", rate},            {"resolution_scale", r.resolution_scale},
-                   {"views_per_pass", r.views_per_pass}};
+                   {"views_per_pass", r.views_per_pass},
+                   // rank 0's: the projected rows it sent to other ranks and their gradients
+                   // back, and any rebalance's rows
+                   {"all_to_all_bytes", comm_.traffic().all_to_all_bytes - all_to_all_at_step_start_}};
   if (r.densified)
     record.fields["densified"] = {{"cloned", r.cloned}, {"split", r.split}, {"pruned", r.pruned}};
   char progress[128];

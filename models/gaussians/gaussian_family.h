@@ -65,6 +65,7 @@ class GaussianFamily : public ModelFamily, public ViewRenderer {
   distributed::Communicator& comm_;
   GaussianTrainer trainer_;
   GaussianStepResult pending_;  // the step in progress
+  int64_t all_to_all_at_step_start_ = 0;  // comm_.traffic() when the step began
   std::string ply_;             // written by write_outputs
 };
 

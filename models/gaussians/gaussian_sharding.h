@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "distributed/communicator.h"
@@ -127,6 +128,10 @@ torch::Tensor gather_canonical(distributed::Communicator& comm,
                                const torch::Tensor& global_ids,  // [n] int64
                                const torch::Tensor& tensor,      // [n, *] any dtype
                                int root = 0);
+
+// The first non-empty `local` of any rank, on every rank ("" when none), so that an error one
+// rank met (a file it could not write) is thrown on all of them together. Collective.
+std::string agreed_error(distributed::Communicator& comm, const std::string& local);
 
 namespace detail {
 // Rows as raw bytes, so that any dtype travels through the Communicator's uint8 collectives:

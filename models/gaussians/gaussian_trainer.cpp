@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 #include "distributed/errors.h"
@@ -347,10 +348,73 @@ torch::Tensor GaussianTrainer::canonical_ids(int root) {
   return gather_canonical(comm_, ids_, ids_, root);
 }
 
-void GaussianTrainer::export_ply(const std::string& path) {
-  GaussianParams p = canonical_params(0);
+void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk) {
+  if (rows_per_chunk < 1) throw std::invalid_argument("export_ply: rows_per_chunk must be >= 1");
+  torch::NoGradGuard no_grad;
+  const int64_t total = global_count();
   const auto& meta = scene_.meta();  // PLY files are in the capture's coordinates (ply.h)
-  if (comm_.rank() == 0) write_ply(path, world_to_capture(p, meta.capture_scale, meta.capture_offset));
+  const bool root = comm_.rank() == 0;
+  // This rank's rows in id order: a range of ids is a run of them.
+  const torch::Tensor order = ids_.argsort();
+  const torch::Tensor sorted = ids_.index_select(0, order).cpu().contiguous();
+  const auto below = [&](int64_t id) {  // local rows with an id below `id`
+    return torch::searchsorted(sorted, torch::tensor({id}, torch::kInt64)).item<int64_t>();
+  };
+  const auto count = [&](int64_t lo, int64_t hi) {  // rows with ids in [lo, hi), all ranks
+    torch::Tensor n = torch::tensor({below(hi) - below(lo)}, torch::kInt64).to(comm_.device());
+    comm_.allreduce(n, distributed::ReduceOp::Sum);
+    return n.cpu().item<int64_t>();
+  };
+  std::unique_ptr<PlyWriter> writer;
+  std::string error;
+  try {
+    if (root) writer = std::make_unique<PlyWriter>(path, total);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  error = agreed_error(comm_, error);
+  if (!error.empty()) throw UserError(error);
+  // Chunks of at most rows_per_chunk rows in id order, their id bounds found by bisection (one
+  // small allreduce per probe): rank 0 holds one chunk at a time, never the whole set.
+  const int64_t end_id = next_id_;  // every id is below it, on every rank
+  for (int64_t lo = 0, done = 0; done < total;) {
+    if (lo >= end_id) throw std::logic_error("export_ply: a global id at or above next_global_id");
+    int64_t hi = end_id;
+    if (count(lo, end_id) > rows_per_chunk) {
+      int64_t fits = lo + 1, over = end_id;  // [lo, lo + 1) holds at most one row
+      while (over - fits > 1) {
+        const int64_t mid = fits + (over - fits) / 2;
+        (count(lo, mid) <= rows_per_chunk ? fits : over) = mid;
+      }
+      hi = fits;
+    }
+    const torch::Tensor rows = order.slice(0, below(lo), below(hi));
+    const torch::Tensor chunk_ids = ids_.index_select(0, rows);
+    GaussianParams chunk;
+    const auto src = params_.fields();
+    const auto dst = chunk.fields();
+    for (size_t i = 0; i < kFields; ++i)
+      *dst[i] = gather_canonical(comm_, chunk_ids, src[i]->detach().index_select(0, rows), 0);
+    if (root && error.empty()) {
+      try {
+        writer->append(world_to_capture(chunk, meta.capture_scale, meta.capture_offset));
+      } catch (const UserError& e) {
+        error = e.what();  // go on with the collectives; every rank throws below
+        writer.reset();
+      }
+    }
+    done += count(lo, hi);
+    lo = hi;
+  }
+  if (root && error.empty()) {
+    try {
+      writer->finish();
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  error = agreed_error(comm_, error);
+  if (!error.empty()) throw UserError(error);
 }
 
 MemoryStats GaussianTrainer::memory() const { return memory_stats(comm_.device()); }

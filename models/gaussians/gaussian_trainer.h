@@ -141,7 +141,11 @@ class GaussianTrainer {
   GaussianParams canonical_params(int root = -1);
   std::array<torch::Tensor, 6> canonical_grads(int root = -1);  // zeros where no gradient
   torch::Tensor canonical_ids(int root = -1);                   // [N] int64 ascending
-  void export_ply(const std::string& path);  // rank 0 writes the canonical set
+  // Rank 0 writes the canonical set, gathered a chunk of rows_per_chunk rows (in id order) at a
+  // time: no rank holds more than one chunk of others' rows. A file that cannot be written is a
+  // UserError on every rank. Collective.
+  void export_ply(const std::string& path, int64_t rows_per_chunk = kExportRowsPerChunk);
+  static constexpr int64_t kExportRowsPerChunk = int64_t{1} << 20;  // 236 MiB of parameters
 
   // ---- Snapshot state (gaussian_trainer_snapshot.cpp; layout: docs/formats.md, "Gaussian
   // runs"), written and read inside the TrainingRun's snapshots. The view order, learning rates,

@@ -93,26 +93,6 @@ torch::Tensor read_slice(const SnapshotReader& reader, const std::string& name, 
   return torch::empty(shape, torch::TensorOptions().dtype(reader.dtype(name)));
 }
 
-// The first non-empty `local` of any rank, on every rank ("" when none). Collective.
-std::string agreed_error(distributed::Communicator& comm, const std::string& local) {
-  const torch::Device device = comm.device();
-  const torch::Tensor lengths =
-      comm.allgather(torch::tensor({static_cast<int64_t>(local.size())}, torch::kInt64).to(device))
-          .cpu()
-          .reshape({-1});
-  if (lengths.sum().item<int64_t>() == 0) return "";
-  torch::Tensor bytes = torch::empty({static_cast<int64_t>(local.size())}, torch::kUInt8);
-  if (!local.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), local.data(), local.size());
-  const torch::Tensor all = comm.allgatherv(bytes.to(device)).cpu();
-  int64_t offset = 0;
-  for (int64_t r = 0; r < lengths.size(0); ++r) {
-    const int64_t n = lengths[r].item<int64_t>();
-    if (n > 0)
-      return std::string(reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + offset, n);
-    offset += n;
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "distributed/errors.h"
@@ -49,10 +50,38 @@ std::string ply_header(int64_t n) {
   return h + "end_header\n";
 }
 
-void write_ply(const std::string& path, const GaussianParams& params) {
+PlyWriter::PlyWriter(const std::string& path, int64_t count)
+    : path_(path),
+      tmp_(path + ".tmp-" + std::to_string(static_cast<long long>(::getpid()))),
+      count_(count) {
   TORCH_CHECK(little_endian_host(), "write_ply: a big-endian host is not supported");
+  TORCH_CHECK(count >= 0, "write_ply: negative count");
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (file_ == nullptr)
+    throw UserError("write_ply: cannot open " + tmp_ + " for writing; check the folder");
+  const std::string header = ply_header(count);
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
+    std::fclose(file_);
+    file_ = nullptr;
+    std::remove(tmp_.c_str());
+    throw UserError("write_ply: writing " + tmp_ + " failed (disk full?)");
+  }
+}
+
+PlyWriter::~PlyWriter() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void PlyWriter::append(const GaussianParams& params) {
+  TORCH_CHECK(file_ != nullptr, "write_ply: append after finish");
   torch::NoGradGuard no_grad;
   const int64_t n = params.size();
+  if (n == 0) return;
+  if (written_ + n > count_)
+    throw std::logic_error("write_ply: more rows than the header's " + std::to_string(count_));
   auto f32 = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32); };
   const torch::Tensor table =
       torch::cat({f32(params.means), torch::zeros({n, 3}), f32(params.sh_dc).reshape({n, 3}),
@@ -60,27 +89,40 @@ void write_ply(const std::string& path, const GaussianParams& params) {
                   f32(params.opacity_logits).reshape({n, 1}), f32(params.log_scales),
                   f32(params.quats)},
                  1)
-          .contiguous();  // [N, 62]
+          .contiguous();  // [n, 62]
   TORCH_CHECK(table.size(1) == kPlyProperties, "write_ply: internal layout error");
-  const std::string header = ply_header(n);
-  const std::string tmp = path + ".tmp-" + std::to_string(static_cast<long long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UserError("write_ply: cannot open " + tmp + " for writing; check the folder");
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(table.data_ptr<float>()),
-              static_cast<std::streamsize>(table.numel() * sizeof(float)));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      throw UserError("write_ply: writing " + tmp + " failed (disk full?)");
-    }
+  const size_t values = static_cast<size_t>(table.numel());
+  if (std::fwrite(table.data_ptr<float>(), sizeof(float), values, file_) != values) {
+    std::fclose(file_);
+    file_ = nullptr;
+    std::remove(tmp_.c_str());
+    throw UserError("write_ply: writing " + tmp_ + " failed (disk full?)");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw UserError("write_ply: cannot rename " + tmp + " to " + path);
+  written_ += n;
+}
+
+void PlyWriter::finish() {
+  TORCH_CHECK(file_ != nullptr, "write_ply: finish twice");
+  if (written_ != count_)
+    throw std::logic_error("write_ply: " + std::to_string(written_) + " rows written, the header "
+                           "says " + std::to_string(count_));
+  const bool flushed = std::fflush(file_) == 0;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!flushed || !closed) {
+    std::remove(tmp_.c_str());
+    throw UserError("write_ply: writing " + tmp_ + " failed (disk full?)");
   }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_.c_str());
+    throw UserError("write_ply: cannot rename " + tmp_ + " to " + path_);
+  }
+}
+
+void write_ply(const std::string& path, const GaussianParams& params) {
+  PlyWriter writer(path, params.size());
+  writer.append(params);
+  writer.finish();
 }
 
 GaussianParams read_ply(const std::string& path, torch::Device device, int64_t part,

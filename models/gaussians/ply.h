@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include <torch/types.h>
@@ -22,6 +23,26 @@ std::string ply_header(int64_t n);
 // normals are zero; f_rest is channel-major: f_rest_{c * 15 + k} = sh_rest[:, k, c]. Throws
 // UserError when the file cannot be written (the temporary file is removed).
 void write_ply(const std::string& path, const GaussianParams& params);
+
+// The same file written in pieces, so that a scene larger than one process's memory can be
+// exported a chunk at a time: the header for `count` Gaussians at construction, then append()
+// the rows in order, then finish(), which checks that `count` rows came and renames the
+// temporary file into place. Destroyed unfinished (an exception), it removes the temporary file:
+// `path` is whole or untouched.
+class PlyWriter {
+ public:
+  PlyWriter(const std::string& path, int64_t count);
+  ~PlyWriter();
+  PlyWriter(const PlyWriter&) = delete;
+  PlyWriter& operator=(const PlyWriter&) = delete;
+  void append(const GaussianParams& rows);
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  int64_t count_ = 0, written_ = 0;
+  std::FILE* file_ = nullptr;
+};
 
 // Reads an INRIA-layout .ply. Properties are found by name (any order; normals optional; other
 // float properties ignored); f_rest may hold 0, 9, 24 or 45 values (SH degree 0..3), missing
