@@ -184,6 +184,11 @@ void GaussianTrainer::install_rows(const std::vector<torch::Tensor>& rows, bool 
   }
 }
 
+void GaussianTrainer::release_gradients() {
+  for (torch::Tensor* f : params_.fields())
+    if (f->defined() && f->grad().defined()) f->mutable_grad() = torch::Tensor();
+}
+
 void GaussianTrainer::release_rows() {
   const auto fields = params_.fields();
   for (size_t i = 0; i < kFields; ++i) {
@@ -351,6 +356,7 @@ torch::Tensor GaussianTrainer::canonical_ids(int root) {
 void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk) {
   if (rows_per_chunk < 1) throw std::invalid_argument("export_ply: rows_per_chunk must be >= 1");
   torch::NoGradGuard no_grad;
+  release_gradients();
   const int64_t total = global_count();
   const auto& meta = scene_.meta();  // PLY files are in the capture's coordinates (ply.h)
   const bool root = comm_.rank() == 0;

@@ -211,6 +211,11 @@ class GaussianTrainer {
   // Drops the trainer's references to its rows (parameters and their gradients, Adam moments,
   // statistics) while a rebalance moves them; install_rows puts the moved rows back.
   void release_rows();
+  // Drops the last step's gradients (Adam has applied them; the next step starts from none), so
+  // that an evaluation or an export holds the parameters and Adam state plus its own work, not
+  // the step's whole state: on 10M Gaussians over 4 ranks the end-of-run eval peaked at 1,253
+  // bytes per Gaussian with them, above the step's 1,072.
+  void release_gradients();
 
   distributed::Communicator& comm_;
   const data::SceneReader& scene_;

@@ -299,6 +299,7 @@ torch::Tensor GaussianTrainer::render_depth_alpha(const data::Camera& camera) {
 GaussianTrainer::EvalScores GaussianTrainer::evaluate(
     const std::vector<size_t>& views,
     const ImageSink& on_image, int sh_degree) {
+  release_gradients();
   EvalScores scores;
   for (size_t v : views) {
     const torch::Tensor image =
