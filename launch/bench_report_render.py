@@ -445,6 +445,66 @@ def section_gstep(raw, cmds):
     return "\n".join(out)
 
 
+def kernel_times_ms(path):
+    """{benchmark name: real time in ms} of a Google Benchmark JSON file (means of repetitions)."""
+    data = json.load(open(path))
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    times = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "mean":
+            continue
+        name = re.sub(r"/real_time$", "", b.get("run_name", b["name"]))
+        times[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
+    return times
+
+
+def section_threads(raw, cmds):
+    out = ["## CPU threads: Tessera's loops on 1 vs 2 threads", ""]
+    labels = [c for c in cmds if c["label"].startswith("threads-")]
+    out += ["Tessera's CPU loops run on torch's intra-op pool (ATen `parallel_for`; the GCC build "
+            "compiles Tessera with `-fopenmp`). Each kernel op on 1 and 2 threads "
+            "(`OMP_NUM_THREADS`), and end to end one process on one core (`taskset -c 0`: a "
+            "process's threads are the cores of its affinity mask) vs on both, in this run. Under "
+            "`mpirun`, which binds a rank to one core, a rank has one thread; ranks bound to several "
+            "cores get more (docs/clusters.md). Speed-up = 1-thread time / 2-thread time.", ""]
+    rows = []
+    ops = []
+    for c in labels:
+        m = re.match(r"threads-kernel-(.+)-t([12])$", c["label"])
+        if m and m.group(1) not in ops:
+            ops.append(m.group(1))
+    for op in ops:
+        times = {}
+        for t in ("1", "2"):
+            path = os.path.join(raw, f"threads-kernel-{op}-t{t}.json")
+            try:
+                times[t] = kernel_times_ms(path)
+            except (OSError, json.JSONDecodeError):
+                times[t] = {}
+        for name, t1 in times["1"].items():
+            t2 = times["2"].get(name)
+            rows.append([op, f"`{name}`", fmt(t1), fmt(t2), f"{t1 / t2:.2f}×" if t2 else "—"])
+    if rows:
+        out.append(table(["op", "benchmark", "1 thread (ms)", "2 threads (ms)", "speed-up"], rows))
+    end = []
+    g = {t: bench_rows(raw, cmds, f"threads-gaussians-t{t}", "gaussians")[1] for t in ("1", "2")}
+    if g["1"] and g["2"]:
+        a, b = g["1"][0], g["2"][0]
+        end.append([f"3DGS step, {a['count']:,} Gaussians at {a['size']}×{a['size']} (s)",
+                    fmt(a["step_s"]), fmt(b["step_s"]), f"{a['step_s'] / b['step_s']:.2f}×"])
+    n = {t: bench_rows(raw, cmds, f"threads-nerf-t{t}", "nerf")[1] for t in ("1", "2")}
+    for a in n["1"]:
+        b = next((r for r in n["2"] if r.get("model") == a.get("model") and r.get("case") == a.get("case")), None)
+        if b and a.get("rays_per_s"):
+            end.append([f"{a.get('model')} training rays/s", fmt(a["rays_per_s"]), fmt(b["rays_per_s"]),
+                        f"{b['rays_per_s'] / a['rays_per_s']:.2f}×"])
+    if end:
+        out += ["", table(["end to end", "1 thread", "2 threads", "speed-up"], end)]
+    if not rows and not end:
+        out.append("No results." + "".join(status_note(cmds, c["label"]) for c in labels))
+    return "\n".join(out)
+
+
 def section_scale(raw, cmds):
     out = ["## 10 M Gaussians on 4 ranks (`tessera bench gaussians`, a training run)", ""]
     labels, rows = bench_rows(raw, cmds, "scale-", "gaussians")
@@ -712,6 +772,13 @@ def main():
         doc += [section_nerf(a.raw, cmds, a.plots, doc_dir, meta), ""]
     if "kernel" in sections:
         doc += [section_kernels(a.raw, cmds), ""]
+    if "threads" in sections:
+        doc += [section_threads(a.raw, cmds), ""]
+        # The build before Tessera's loops were threaded cannot be rerun from this tree: its
+        # figures, measured by hand when the change landed, are included as they are.
+        before = os.path.join(doc_dir, "performance", "cpu_threads.md")
+        if os.path.exists(before):
+            doc += [open(before).read().strip(), ""]
     if "gaussians" in sections:
         doc += [section_gaussians(a.raw, cmds, a.plots, doc_dir, meta), ""]
     if "gstep" in sections:
