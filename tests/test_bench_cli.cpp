@@ -260,7 +260,11 @@ TEST_F(BenchCliTest, PlanBadInputExits2) {
   const std::string source = source_dir();
   const std::string config = source + "/configs/demo_gaussians.toml";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"plan", config, "--gaussians", "0", "--image-size", "64"}, "--gaussians '0' must be at least 1"},
+      {{"plan", config, "--gaussians", "0", "--image-size", "64"}, "--gaussians '0' must be a whole number"},
+      {{"plan", config, "--gaussians", "0.6", "--image-size", "64"}, "must be a whole number from 1 to 1e15"},
+      {{"plan", config, "--gaussians", "2e15", "--image-size", "64"}, "must be a whole number from 1 to 1e15"},
+      {{"plan", config, "--gaussians", "1M", "--image-size", "64", "--gpu-memory", "inf"},
+       "at most 1 EB"},
       {{"plan", config, "--gaussians", "ten", "--image-size", "64"}, "is not a number"},
       {{"plan", config, "--gaussians", "10X", "--image-size", "64"}, "the suffix must be k, M or B"},
       {{"plan", config, "--gaussians", "1M", "--image-size", "64y"}, "WIDTHxHEIGHT"},

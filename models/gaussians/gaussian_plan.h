@@ -47,7 +47,13 @@ struct PlanRequest {
   // footprint touches this many ranks' tile blocks on average (measured 1.33-1.64, see docs).
   double visible_fraction = 1.0;
   double ranks_touched = 1.5;
+  // checkpoint.policy = "budget": the per-rank budget that sets the views per pass when
+  // gaussians.views_per_pass is 0, as the trainer sets them (0 = no budget).
+  double budget_bytes = 0;
 };
+
+// The largest scene a plan takes: its byte counts stay far inside int64.
+constexpr double kMaxPlanGaussians = 1e15;
 
 struct CapacityPlan {
   PlanRequest request;

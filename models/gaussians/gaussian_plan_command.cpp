@@ -56,9 +56,11 @@ int64_t parse_count(const std::string& text, const char* flag) {
   else if (!suffix.empty())
     throw UserError(std::string("plan: ") + flag + " '" + text +
                     "': the suffix must be k, M or B (powers of 1000)");
-  const double count = std::round(value * scale);
-  if (!(count >= 1 && count < 9e18))
-    throw UserError(std::string("plan: ") + flag + " '" + text + "' must be at least 1");
+  const double exact = value * scale;
+  if (!(exact >= 1 && exact <= kMaxPlanGaussians) || exact != std::floor(exact))
+    throw UserError(std::string("plan: ") + flag + " '" + text +
+                    "' must be a whole number from 1 to 1e15");
+  const double count = exact;
   return static_cast<int64_t>(count);
 }
 
@@ -85,7 +87,8 @@ double parse_bytes(const std::string& text) {
   if (scale < 0)
     throw UserError("plan: --gpu-memory '" + text + "': the unit must be B, kB, MB, GB, TB, "
                     "KiB, MiB, GiB or TiB");
-  if (!(value > 0)) throw UserError("plan: --gpu-memory '" + text + "' must be above 0");
+  if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 1e18)
+    throw UserError("plan: --gpu-memory '" + text + "' must be above 0 and at most 1 EB");
   return value * scale;
 }
 
@@ -137,13 +140,15 @@ int run_plan(const PlanOptions& o, const std::function<void(FamilyRegistry&)>& r
       h = std::max<int64_t>(h, std::llround(c.height / g.resolution_scale));
       ++views;
     }
-    if (o.image_size.empty()) {
-      request.width = std::max<int64_t>(1, w);
-      request.height = std::max<int64_t>(1, h);
+    if (o.image_size.empty() && views > 0) {  // a dataset without train views gives no size
+      request.width = w;
+      request.height = h;
       size_from = config.data.path;
     }
   }
   request.train_views = o.train_views >= 0 ? o.train_views : views;
+  if (config.checkpoint.policy == "budget" && config.checkpoint.budget_mib > 0)
+    request.budget_bytes = config.checkpoint.budget_mib * 1024.0 * 1024.0;
   const CapacityPlan plan = plan_capacity(g, request);
   std::printf("%s\n", plan_json(plan).c_str());
   std::fflush(stdout);
@@ -204,7 +209,7 @@ bench::BenchCommand add_plan_command(CLI::App& app,
   sub->add_option("--train-views", o->train_views,
                   "Train views whose targets every rank caches (gaussians.cache_targets); "
                   "default: the dataset's, or 0 without one")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   sub->add_option("--gpu-memory", o->gpu_memory,
                   "Memory per rank (141GB for an H200, 80GB for an H100; GB = 1e9, GiB = 2^30): "
                   "says whether the scene fits and the largest that does");

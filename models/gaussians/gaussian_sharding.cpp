@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -291,8 +292,10 @@ torch::Tensor RowMigration::move(const torch::Tensor& tensor, const torch::Tenso
   torch::Tensor inverse;
   if (then_order.defined()) {
     const torch::Tensor order = then_order.to(comm_.device(), torch::kInt64);
-    inverse = torch::empty_like(order);
+    inverse = torch::full_like(order, -1);
     inverse.index_put_({order}, torch::arange(received_rows_, order.options()));
+    if (received_rows_ > 0 && inverse.min().item<int64_t>() < 0)
+      throw std::logic_error("migrate_rows: then_order is not a permutation of the received rows");
   }
   for (int64_t first = 0; first < width; first += kSliceBytes) {
     const int64_t w = std::min(kSliceBytes, width - first);

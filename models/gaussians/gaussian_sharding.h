@@ -59,8 +59,9 @@ class RowMigration {
  public:
   RowMigration(distributed::Communicator& comm,
                const torch::Tensor& destination);  // [n_local] int64 in [0, size)
-  // [n_local, *] -> [received_rows(), *]; with `then_order` [received_rows()] int64 the received
-  // rows are returned reordered, as index_select(0, then_order) would, without a second copy.
+  // [n_local, *] -> [received_rows(), *]; with `then_order` [received_rows()] int64, a
+  // permutation of the received rows (std::logic_error otherwise), they are returned reordered
+  // as index_select(0, then_order) would, without a second copy.
   // Wide rows travel in slices of at most 32 bytes, so that what is in flight above the input
   // and the result is two slices of it, not two copies of the tensor.
   torch::Tensor move(const torch::Tensor& tensor, const torch::Tensor& then_order = {});

@@ -227,6 +227,8 @@ RebalanceReport GaussianTrainer::rebalance(bool force) {
   // Once rows move, `rows` holds the only references to them: each tensor's old rows are freed
   // as its new rows arrive, so a rebalance needs about one copy of the state, not two. The
   // gradients go too (the step that made them is over).
+  // (A move that throws after this leaves the trainer without rows: a failed collective aborts
+  // the job anyway, and a layout mismatch is a programming error.)
   ro.before_moving = [this] { release_rows(); };
   const RebalanceReport report = gaussians::rebalance(comm_, rows, bounds, ro);  // the free function
   if (report.migrated) {
@@ -373,9 +375,11 @@ void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk
   };
   std::unique_ptr<PlyWriter> writer;
   std::string error;
+  // Rank 0 alone writes: whatever it meets (a file it cannot write, memory) is agreed on, so
+  // that every rank throws together instead of the others waiting in the next collective.
   try {
     if (root) writer = std::make_unique<PlyWriter>(path, total);
-  } catch (const UserError& e) {
+  } catch (const std::exception& e) {
     error = e.what();
   }
   error = agreed_error(comm_, error);
@@ -404,7 +408,7 @@ void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk
     if (root && error.empty()) {
       try {
         writer->append(world_to_capture(chunk, meta.capture_scale, meta.capture_offset));
-      } catch (const UserError& e) {
+      } catch (const std::exception& e) {
         error = e.what();  // go on with the collectives; every rank throws below
         writer.reset();
       }
@@ -415,7 +419,7 @@ void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk
   if (root && error.empty()) {
     try {
       writer->finish();
-    } catch (const UserError& e) {
+    } catch (const std::exception& e) {
       error = e.what();
     }
   }
