@@ -123,7 +123,7 @@ RebalanceReport rebalance(distributed::Communicator& comm, ShardRows& rows, cons
 
 // The rows of every rank ordered by global id (ascending), for snapshots and PLY export whatever
 // the world size. Returns [N, *] on `root`, or on every rank when root < 0; an undefined tensor on
-// the other ranks. The Communicator has no gather, so this is an allgatherv on every rank.
+// the other ranks: an allgatherv for every rank, an all-to-all-v that sends only to root for one.
 // Throws UserError if a global id appears twice. Collective.
 torch::Tensor gather_canonical(distributed::Communicator& comm,
                                const torch::Tensor& global_ids,  // [n] int64

@@ -204,9 +204,19 @@ torch::Tensor gather_canonical(distributed::Communicator& comm, const torch::Ten
           "gather_canonical: global_ids must be [n] int64");
   require(tensor.dim() >= 1 && tensor.size(0) == global_ids.size(0),
           "gather_canonical: tensor must have one row per global id");
-  const torch::Tensor ids = comm.allgatherv(global_ids.to(comm.device()));
-  const torch::Tensor bytes = comm.allgatherv(detail::rows_as_bytes(tensor));
-  if (root >= 0 && comm.rank() != root) return {};
+  torch::Tensor ids, bytes;
+  if (root < 0) {
+    ids = comm.allgatherv(global_ids.to(comm.device()));
+    bytes = comm.allgatherv(detail::rows_as_bytes(tensor));
+  } else {
+    // A gather: every rank's rows to root alone (an all-to-all-v that sends nothing elsewhere),
+    // so the others neither receive nor hold the set.
+    std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 0);
+    counts.at(static_cast<size_t>(root)) = global_ids.size(0);
+    ids = comm.all_to_all_v(global_ids.to(comm.device()), counts);
+    bytes = comm.all_to_all_v(detail::rows_as_bytes(tensor), counts);
+    if (comm.rank() != root) return {};
+  }
   const auto sorted = ids.sort(/*stable=*/true, 0, false);
   const torch::Tensor& sorted_ids = std::get<0>(sorted);
   if (sorted_ids.size(0) > 1) {
