@@ -241,6 +241,19 @@ def section_nerf(raw, cmds, plots, doc_dir, meta):
     return "\n".join(out)
 
 
+def kernel_times_ms(path):
+    """{benchmark name: real time in ms} of a Google Benchmark JSON file (means of repetitions)."""
+    data = json.load(open(path))
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    times = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "mean":
+            continue
+        name = re.sub(r"/real_time$", "", b.get("run_name", b["name"]))
+        times[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
+    return times
+
+
 def section_kernels(raw, cmds):
     out = ["## Kernels vs plain LibTorch (`build/tests/bench_<op>`, CPU)",
            "",
@@ -259,28 +272,15 @@ def section_kernels(raw, cmds):
             rows.append([op, "—", "—", "—", f"not run ({c['rc']})"])
             continue
         try:
-            data = json.load(open(path))
+            times = kernel_times_ms(path)
         except json.JSONDecodeError:
             rows.append([op, "—", "—", "—", "unreadable output"])
             continue
-        times = {}
-        unit = {}
-        for b in data.get("benchmarks", []):
-            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "mean":
-                continue
-            name = b.get("run_name", b["name"])
-            times[name] = b["real_time"]
-            unit[name] = b.get("time_unit", "ns")
-        scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-        for name, t in times.items():
+        for name, t_ms in times.items():
             if not name.startswith("Op"):
                 continue
-            ref_name = "Reference" + name[2:]
-            t_ms = t * scale[unit[name]]
-            ref = times.get(ref_name)
-            ref_ms = ref * scale[unit[ref_name]] if ref is not None else None
-            label = re.sub(r"/real_time$", "", name)
-            rows.append([op, f"`{label}`", fmt(t_ms), fmt(ref_ms),
+            ref_ms = times.get("Reference" + name[2:])
+            rows.append([op, f"`{name}`", fmt(t_ms), fmt(ref_ms),
                          f"{ref_ms / t_ms:.2f}×" if ref_ms else "—"])
     if rows:
         out.append(table(["op", "benchmark", "op (ms)", "reference (ms)", "speed-up"], rows))
@@ -443,19 +443,6 @@ def section_gstep(raw, cmds):
                      + [f"{p} (ms)" for p in phases], trs))
     out[-1] += "".join(status_note(cmds, c["label"]) for c in labels)
     return "\n".join(out)
-
-
-def kernel_times_ms(path):
-    """{benchmark name: real time in ms} of a Google Benchmark JSON file (means of repetitions)."""
-    data = json.load(open(path))
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    times = {}
-    for b in data.get("benchmarks", []):
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "mean":
-            continue
-        name = re.sub(r"/real_time$", "", b.get("run_name", b["name"]))
-        times[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
-    return times
 
 
 def section_threads(raw, cmds):

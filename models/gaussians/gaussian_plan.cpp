@@ -7,6 +7,7 @@
 #include <string>
 
 #include "distributed/errors.h"
+#include "models/gaussians/gaussian_trainer.h"
 
 namespace tessera::models::gaussians {
 
@@ -48,7 +49,8 @@ CapacityPlan plan_capacity(const GaussianConfig& config, const PlanRequest& requ
   if (config.views_per_pass > 0) {
     plan.views_per_pass = std::min(config.views_per_pass, config.views_per_step);
   } else if (request.budget_bytes > 0) {
-    const double per_view = 200.0 * local + 200.0 * pixels;
+    const double per_view = static_cast<double>(GaussianTrainer::estimate_view_bytes(
+        plan.max_gaussians_per_rank, request.width * request.height));
     plan.views_per_pass = static_cast<int64_t>(std::clamp(
         std::floor(request.budget_bytes / per_view), 1.0, static_cast<double>(config.views_per_step)));
   } else {

@@ -390,11 +390,19 @@ void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk
   for (int64_t lo = 0, done = 0; done < total;) {
     if (lo >= end_id) throw std::logic_error("export_ply: a global id at or above next_global_id");
     int64_t hi = end_id;
-    if (count(lo, end_id) > rows_per_chunk) {
+    int64_t rows_in_chunk = count(lo, end_id);
+    if (rows_in_chunk > rows_per_chunk) {
       int64_t fits = lo + 1, over = end_id;  // [lo, lo + 1) holds at most one row
+      rows_in_chunk = count(lo, fits);
       while (over - fits > 1) {
         const int64_t mid = fits + (over - fits) / 2;
-        (count(lo, mid) <= rows_per_chunk ? fits : over) = mid;
+        const int64_t rows = count(lo, mid);
+        if (rows <= rows_per_chunk) {
+          fits = mid;
+          rows_in_chunk = rows;
+        } else {
+          over = mid;
+        }
       }
       hi = fits;
     }
@@ -413,7 +421,7 @@ void GaussianTrainer::export_ply(const std::string& path, int64_t rows_per_chunk
         writer.reset();
       }
     }
-    done += count(lo, hi);
+    done += rows_in_chunk;
     lo = hi;
   }
   if (root && error.empty()) {
