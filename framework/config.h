@@ -18,6 +18,7 @@ struct RunConfig {
   std::string log_level;  // trace | debug | info | warn | error
   bool verbose = false;   // the progress line adds the time per phase of the step
   bool tensorboard = true;  // RUN_DIR/tensorboard event files
+  bool deterministic = true;  // bitwise the same at any world size (docs/training_loop.md)
 };
 
 // [data] — the dataset.

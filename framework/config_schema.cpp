@@ -115,6 +115,14 @@ const std::vector<KeySpec>& framework_keys() {
                "their targets (eval/view_III) and the resolved config as text "
                "(docs/training_loop.md, \"TensorBoard\"). `tensorboard --logdir runs` shows "
                "every run."),
+      key("run", "deterministic", [](auto& c) -> auto& { return c.run.deterministic; })
+          .defaults_to(true)
+          .doc("Bitwise the same parameters, optimizer state, losses and metrics on any number of "
+               "ranks and at any thread count per rank: the step's work is cut into units fixed "
+               "by the data (the model section's unit_* key) and their gradients are summed in "
+               "fixed point, exactly (docs/training_loop.md, \"Bitwise at any world size\": "
+               "which models, and its price in speed). false: the float path, bitwise only at "
+               "the same world size."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
           .doc("Path to the dataset: a tessera-scene HDF5 file, or another kind that the model's family opens, e.g. a tessera-shapes file (docs/formats.md); empty means none."),

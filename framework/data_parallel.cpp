@@ -2,7 +2,11 @@
 // global loss by one allreduce, Adam unless the run skips (docs/training_loop.md, "One step").
 #include "framework/data_parallel.h"
 
+#include <spdlog/spdlog.h>
+
+#include "distributed/errors.h"
 #include "framework/adam_state.h"
+#include "framework/even_slice.h"
 #include "framework/fused_adam.h"
 #include "framework/micro_batch.h"
 
@@ -17,15 +21,69 @@ DataParallelFamily::~DataParallelFamily() = default;
 void DataParallelFamily::init_optimizer(const std::vector<std::vector<torch::Tensor>>& groups,
                                         const torch::optim::AdamOptions& adam,
                                         const distributed::GradientSyncOptions& sync,
-                                        int64_t micro_batches) {
+                                        int64_t micro_batches, bool deterministic) {
   std::vector<torch::optim::OptimizerParamGroup> adam_groups;
   for (const std::vector<torch::Tensor>& group : groups) {
     params_.insert(params_.end(), group.begin(), group.end());
     adam_groups.emplace_back(group);
   }
   optimizer_ = std::make_unique<torch::optim::Adam>(adam_groups, adam);
-  sync_ = std::make_unique<distributed::GradientSynchronizer>(process_, world_, params_, sync);
   micro_batches_ = micro_batches;
+  deterministic_ = deterministic;
+  if (!deterministic_) {
+    sync_ = std::make_unique<distributed::GradientSynchronizer>(process_, world_, params_, sync);
+    return;
+  }
+  const int64_t units = work_units();
+  if (units < 1) throw UserError("run.deterministic: this model has no work units");
+  if (units < world_.size() && world_.rank() == 0)
+    spdlog::warn("run.deterministic: a step has {} work unit(s) for {} ranks, so {} rank(s) wait "
+                 "idle; smaller units (the model section's unit_* key) or a larger batch "
+                 "keep every rank busy (a unit's size changes the run's bits, the world size "
+                 "does not)",
+                 units, world_.size(), world_.size() - units);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& p : params_) {
+    if (p.scalar_type() != torch::kFloat32)
+      throw UserError("run.deterministic needs float32 parameters (got " +
+                      std::string(c10::toString(p.scalar_type())) + ")");
+    shapes.push_back(p.sizes().vec());
+  }
+  shapes.push_back({});  // the loss
+  exact_ = std::make_unique<ExactSum>(shapes, device_);
+}
+
+DataParallelFamily::MicroBatchLoss DataParallelFamily::unit_loss(const StepControl&, int64_t,
+                                                                 int64_t) {
+  throw UserError("run.deterministic: this model has no work units");
+}
+
+void DataParallelFamily::units_forward_backward(const StepControl& control,
+                                                torch::Tensor& loss_sum) {
+  const int64_t units = work_units();
+  const auto [first, last] = even_slice(units, world_.rank(), world_.size());
+  exact_->clear();
+  const size_t loss_slot = params_.size();
+  for (int64_t u = first; u < last; ++u) {
+    MicroBatchLoss micro = unit_loss(control, u, units);
+    if (loss_hook) loss_hook(control.step, u - first, micro.loss);
+    exact_->add(loss_slot, micro.loss.detach().to(torch::kFloat32).reshape({}));
+    torch::Tensor loss = micro.extra.defined() ? micro.loss + micro.extra : micro.loss;
+    if (control.loss_scale != 1.0) loss = loss * control.loss_scale;
+    phases_.lap(loss_phase());
+    loss.backward();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& grad = params_[i].mutable_grad();
+      if (!grad.defined()) continue;
+      exact_->add(i, grad);
+      grad.zero_();
+    }
+    phases_.lap("backward");
+  }
+  exact_->allreduce(world_);
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = exact_->value(i);
+  phases_.lap("gradient_sync");
+  loss_sum = exact_->value(loss_slot, torch::kFloat64);
 }
 
 StepRecord DataParallelFamily::forward_backward(const StepControl& control) {
@@ -36,6 +94,15 @@ StepRecord DataParallelFamily::forward_backward(const StepControl& control) {
   optimizer_->zero_grad(/*set_to_none=*/true);
   torch::Tensor loss_sum =
       torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  StepRecord record;
+  if (deterministic_) {
+    units_forward_backward(control, loss_sum);  // already the sum over ranks
+    record.loss = loss_sum.item<double>();
+    end_step(record);
+    phases_.lap(loss_phase());
+    record.phases = phases_.times();
+    return record;
+  }
   for (int64_t k = 0; k < micro_batches_; ++k) {
     MicroBatchLoss micro = micro_batch_loss(control, k, micro_batches_);
     if (loss_hook) loss_hook(control.step, k, micro.loss);
@@ -49,7 +116,6 @@ StepRecord DataParallelFamily::forward_backward(const StepControl& control) {
   phases_.lap("gradient_sync");
   torch::Tensor global = loss_sum.to(world_.device()).reshape({1});
   world_.allreduce(global, distributed::ReduceOp::Sum);
-  StepRecord record;
   record.loss = global.item<double>();
   end_step(record);
   phases_.lap(loss_phase());  // the global loss

@@ -14,6 +14,7 @@
 #include "distributed/communicator.h"
 #include "distributed/gradient_synchronizer.h"
 #include "distributed/process_context.h"
+#include "framework/exact_sum.h"
 #include "framework/family.h"
 #include "framework/phase_timer.h"
 
@@ -50,10 +51,12 @@ class DataParallelFamily : public ModelFamily {
 
   // Builds Adam over `groups` (one Adam parameter group each, in this order on every rank) and
   // the gradient synchronizer over their tensors. Call once, from the constructor (collective:
-  // the synchronizer checks its layout across ranks).
+  // the synchronizer checks its layout across ranks). `deterministic` (run.deterministic) takes
+  // the bitwise path below instead of the synchronizer; it needs work_units() > 0.
   void init_optimizer(const std::vector<std::vector<torch::Tensor>>& groups,
                       const torch::optim::AdamOptions& adam,
-                      const distributed::GradientSyncOptions& sync, int64_t micro_batches);
+                      const distributed::GradientSyncOptions& sync, int64_t micro_batches,
+                      bool deterministic = false);
 
   // ---- The family's part of a step, in call order.
   // Prepares step `step` (e.g. draws this rank's share of the batch) and returns its learning
@@ -62,6 +65,19 @@ class DataParallelFamily : public ModelFamily {
   // Micro-batch `k` of `count`, forward under `control.precision`, with autograd. The family
   // charges its own phases on phases() up to its loss.
   virtual MicroBatchLoss micro_batch_loss(const StepControl& control, int64_t k, int64_t count) = 0;
+  // ---- Bitwise at any world size (docs/training_loop.md, "Bitwise at any world size"). The
+  // step's work is cut into work_units() units fixed by the data and the config, never by the
+  // world size; rank r of N runs units even_slice(U, r, N) one after another, each alone (the
+  // same shapes on any rank), and every unit's gradients and loss are added into fixed point
+  // (framework/exact_sum.h), summed over ranks exactly. 0: the family has no units.
+  virtual int64_t work_units() const { return 0; }
+  // Unit `unit` of `units`: as micro_batch_loss, its share of the global loss; a function of
+  // (step, unit, units) only, never of the rank.
+  virtual MicroBatchLoss unit_loss(const StepControl& control, int64_t unit, int64_t units);
+  bool deterministic() const { return deterministic_; }
+  // The world's communicator, for a family's own exact sums (its step metrics).
+  distributed::Communicator& world() { return world_; }
+
   // After the global loss (record.loss): the family's work, fields and progress.
   virtual void end_step(StepRecord& record) = 0;
   // After the optimizer (not called before it): e.g. state agreed across ranks. May lap phases.
@@ -79,8 +95,12 @@ class DataParallelFamily : public ModelFamily {
   int64_t micro_batches_ = 1;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
-  std::unique_ptr<distributed::GradientSynchronizer> sync_;
+  std::unique_ptr<distributed::GradientSynchronizer> sync_;  // the float path
+  bool deterministic_ = false;
+  std::unique_ptr<ExactSum> exact_;  // the bitwise path: each parameter's gradient, then the loss
   PhaseTimer phases_;
+
+  void units_forward_backward(const StepControl& control, torch::Tensor& loss_sum);
 };
 
 }  // namespace tessera

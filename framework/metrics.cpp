@@ -54,12 +54,22 @@ torch::Tensor gaussian_window(const torch::Device& device) {
   return (g / g.sum()).to(device);
 }
 
+// The sum of a tensor's values in float64, added in index order on one thread: the same bits at
+// any thread count (torch's reductions split large tensors across threads, which reassociates).
+double ordered_sum(const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  double sum = 0.0;
+  for (int64_t i = 0, n = c.numel(); i < n; ++i) sum += p[i];
+  return sum;
+}
+
 }  // namespace
 
 double mse(const torch::Tensor& a, const torch::Tensor& b) {
   torch::NoGradGuard no_grad;
   auto [x, y] = prepare("mse", a, b);
-  return (x - y).pow(2).mean().item<double>();
+  return ordered_sum((x - y).pow(2)) / static_cast<double>(x.numel());
 }
 
 double psnr(const torch::Tensor& a, const torch::Tensor& b) {
@@ -99,7 +109,10 @@ double ssim(const torch::Tensor& a, const torch::Tensor& b) {
   const torch::Tensor map = ((2.0 * mu_xy + c1) * (2.0 * cov + c2)) /
                             ((mu_xx + mu_yy + c1) * (var_x + var_y + c2));
   // Mean per channel, then over channels (all channels have the same number of windows).
-  return map.mean({1, 2, 3}).mean().item<double>();
+  double sum = 0.0;
+  for (int64_t c = 0; c < map.size(0); ++c)
+    sum += ordered_sum(map[c]) / static_cast<double>(map[c].numel());
+  return sum / static_cast<double>(map.size(0));
 }
 
 }  // namespace tessera

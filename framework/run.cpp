@@ -29,6 +29,7 @@ RunOptions run_options(const Config& config) {
   o.precision = config.train.precision;
   o.max_skipped_steps = config.train.max_skipped_steps;
   o.check_agreement = config.distributed.check_agreement;
+  o.deterministic = config.run.deterministic;
   o.log_every = config.train.log_every;
   o.verbose = config.run.verbose;
   o.eval_every = config.eval.every;

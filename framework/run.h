@@ -34,6 +34,9 @@ struct RunOptions {
   LossScalerOptions loss_scaler;   // `enabled` is forced on for fp16 and off otherwise
   int64_t max_skipped_steps = 100; // consecutive non-finite steps that stop the run (error)
   bool check_agreement = false;    // debug: check the loss scale and skip on all ranks each step
+  // Bitwise at any world size (run.deterministic; docs/training_loop.md): families with work
+  // units sum them exactly. Off here so that code building options by hand picks it.
+  bool deterministic = false;
   int64_t log_every = 100;         // progress line + metrics.jsonl record (0 = only at the end)
   int64_t eval_every = 0;          // eval cadence in steps (0 = only at the end)
   std::string eval_split = "val";  // "train" | "val" | "test"

@@ -784,6 +784,11 @@ def main():
             table(["benchmark", "seconds", "status", "command"],
                   [[c["label"], c["seconds"], "ok" if c["rc"] == "0" else c["rc"], f"`{c['cmd']}`"] for c in cmds]),
             ""]
+    # The price of run.deterministic is measured by hand (training runs with and without it):
+    # docs/performance/determinism.md, included as it is.
+    price = os.path.join(doc_dir, "performance", "determinism.md")
+    if os.path.exists(price):
+        doc += [open(price).read().strip(), ""]
     # Training quality on real captures is measured by hand (minutes of training per run, not a
     # benchmark): its figures live in docs/performance/real_captures.md and are included as they are.
     captures = os.path.join(doc_dir, "performance", "real_captures.md")

@@ -468,8 +468,8 @@ TEST_F(CliTest, TrainTwoRanksOnASynthSceneWritesMetricsLogsAndRenders) {
   const std::string out_dir = temp_path("run");
   const CommandResult r = mpi_tessera(
       2, {"train", demo_config_, "--set", "data.path=" + scene, "--set", "run.out_dir=" + out_dir,
-          "--set", "train.steps=6", "--set", "nerf.rays_per_step=256", "--set",
-          "train.log_every=3", "--set", "eval.max_views=1", "--set", "checkpoint.policy=segments",
+          "--set", "train.steps=6", "--set", "nerf.rays_per_step=256", "--set", "nerf.unit_rays=64",
+          "--set", "train.log_every=3", "--set", "eval.max_views=1", "--set", "checkpoint.policy=segments",
           "--set", "checkpoint.every=1", "--verbose"});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "step 6/6 loss ")) << "progress line:\n" << describe(r);

@@ -294,7 +294,7 @@ TEST(ConfigErrors, ProblemsAreAllReportedInFileOrder) {
   EXPECT_EQ(msg,
             "cfg.toml:2: key 'train.steps' = 0 is out of range [1, 1000000000]\n"
             "cfg.toml:4: unknown key 'run.zzz' (known keys in [run]: name, out_dir, seed, "
-            "log_level, verbose, tensorboard)\n"
+            "log_level, verbose, tensorboard, deterministic)\n"
             "cfg.toml:5: key 'run.seed' = -1 is out of range (must be >= 0)");
 }
 

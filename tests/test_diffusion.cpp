@@ -23,6 +23,7 @@
 #include "models/diffusion/diffusion_family.h"
 #include "models/diffusion/noise_schedule.h"
 #include "models/diffusion/sampling.h"
+#include "tests/bitwise_trace.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
 
@@ -117,9 +118,9 @@ TEST(NoiseSchedule, CosineScheduleFallsFromOneToZeroWithClippedBetas) {
   EXPECT_NEAR(xt[1][0][0].item<double>(), std::sqrt(a1) + 2 * std::sqrt(1 - a1), 1e-6);
 }
 
-// Invariant 1: N ranks train like one (20 steps, within 1e-5 relative).
+// Invariant 1 on the float path: N ranks train like one (20 steps, within 1e-5 relative).
 TEST_F(DiffusionTest, NRanksTrainLikeOne) {
-  const Config c = config();
+  const Config c = config({"run.deterministic=false"});
   Trained ranks(c, world(), *shapes_, quiet(c));
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
   Trained one(c, self, *shapes_, quiet(c));
@@ -132,6 +133,42 @@ TEST_F(DiffusionTest, NRanksTrainLikeOne) {
                                 df::PointDenoiser({32, 2, 2, 6, 0.0}, 5, torch::kCPU)),
             1e-3)
       << "the parameters trained";
+}
+
+// Invariant 6, run.deterministic (docs/training_loop.md, "Bitwise at any world size"): 20 steps on
+// N ranks equal one rank bit for bit (parameters, Adam's moments, each step's loss, the eval's
+// denoising loss), at Adam's default eps and with dropout (seeded per unit), a batch of 7 in
+// units of 2 (uneven on every world size). At the same thread count: oneMKL cuts the reduction
+// of the output layer's weight gradient (6 channels) differently at 1 and 2 threads.
+test::Trace deterministic_trace(const Config& c, distributed::Communicator& comm,
+                                const data::Dataset& shapes, const RunOptions& options) {
+  Trained t(c, comm, shapes, options);
+  test::Trace trace;
+  for (int64_t step = 0; step < 20; ++step) trace.add(t.run.train_step(step));
+  trace.add(t.family.evaluate(20, {0, 1, 2, 3, 4}, {}));
+  trace.state = test::adam_state_of(t.family.optimizer());
+  return trace;
+}
+
+TEST_F(DiffusionTest, DeterministicNRanksEqualOneRankBitwise) {
+  const Config c = config({"run.deterministic=true", "diffusion.adam_eps=1e-8",
+                           "diffusion.batch=7", "diffusion.unit_shapes=2",
+                           "diffusion.dropout=0.1", "diffusion.warmup_steps=2",
+                           "diffusion.generative_eval=false"});
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  const test::Trace want = deterministic_trace(c, self, *shapes_, quiet(c));
+  const test::Trace got = deterministic_trace(c, world(), *shapes_, quiet(c));
+  test::expect_bitwise(got, want,
+                       "point-diffusion on " + std::to_string(world().size()) + " ranks", world());
+  // The float path on the same config is not bitwise across world sizes: what the comparison
+  // above would catch if an order-dependent float sum came back into a reduction.
+  if (world().size() > 1) {
+    const Config f = config({"run.deterministic=false", "diffusion.adam_eps=1e-8",
+                             "diffusion.batch=7", "diffusion.dropout=0.1",
+                             "diffusion.warmup_steps=2", "diffusion.generative_eval=false"});
+    EXPECT_FALSE(torch::equal(deterministic_trace(f, self, *shapes_, quiet(f)).state,
+                              deterministic_trace(f, world(), *shapes_, quiet(f)).state));
+  }
 }
 
 // Invariant 2: micro-batches add up to the batch.

@@ -53,6 +53,13 @@ config_schema::SectionSpec diffusion_config_section() {
       diffusion_key("micro_batches", [](auto& o) -> auto& { return o.micro_batches; })
           .range(1, 4096)
           .doc("Gradient accumulation: micro-batches per step on each rank (same result as one batch)."),
+      diffusion_key("unit_shapes", [](auto& o) -> auto& { return o.unit_shapes; })
+          .range(0, 1 << 20)
+          .doc("With run.deterministic: shapes per work unit; 0 = batch / 16, at least 4. The "
+               "batch is cut into units of this many whatever the number of ranks; each rank "
+               "runs its units one at a time (micro_batches is not used) and their gradients "
+               "are summed exactly (docs/training_loop.md). At least one unit per rank keeps "
+               "every rank busy."),
       diffusion_key("lr", [](auto& o) -> auto& { return o.lr; })
           .range_open_low(0, 10)
           .doc("Peak learning rate (Adam)."),

@@ -24,6 +24,7 @@ struct DiffusionConfig {
   // The batch and the optimizer.
   int64_t batch = 16;  // shapes per step, split across ranks
   int64_t micro_batches = 1;
+  int64_t unit_shapes = 0;  // run.deterministic: shapes per work unit; 0 = max(4, batch / 16)
   double lr = 3e-4;
   std::string lr_schedule = "cosine";
   double final_lr = 3e-5;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 #include "distributed/agreement.h"
 #include "distributed/errors.h"
@@ -29,6 +30,7 @@ constexpr uint64_t kNoisePurpose = 0x4e4f495345ull;  // "NOISE"
 constexpr uint64_t kEvalPurpose = 0x4556414cull;     // "EVAL"
 constexpr uint64_t kEvalSamplePurpose = 0x4556534dull;  // "EVSM": eval's generated clouds
 constexpr uint64_t kSamplePurpose = 0x53414d50ull;      // "SAMP": `tessera sample`
+constexpr uint64_t kDropoutPurpose = 0x44524f50ull;     // "DROP": a work unit's dropout
 // Clouds denoised together by draw_samples (bounds the memory of sampling, not its result).
 constexpr int64_t kSampleChunk = 16;
 constexpr int64_t kChannels = 6;                     // xyz, rgb
@@ -71,7 +73,7 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
                     " is more than its " + std::to_string(shapes_.points_per_shape()) +
                     " points per shape");
   if (train_.empty()) throw UserError(shapes_.path() + ": no shape in the train split");
-  if (options_.batch < comm_.size() * options_.micro_batches)
+  if (!c.config.run.deterministic && options_.batch < comm_.size() * options_.micro_batches)
     throw UserError("diffusion.batch = " + std::to_string(options_.batch) + " gives fewer shapes " +
                     "per rank than diffusion.micro_batches = " +
                     std::to_string(options_.micro_batches) + " on " +
@@ -85,7 +87,9 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   model_ = std::make_unique<PointDenoiser>(d, seed_, device_);
   const auto [first, last] = even_slice(options_.batch, comm_.rank(), comm_.size());
   const int64_t mine = last - first;
-  micro_shapes_ = (mine + options_.micro_batches - 1) / options_.micro_batches;
+  micro_shapes_ = c.config.run.deterministic  // shapes per forward: a unit, or a micro-batch
+                      ? std::min(unit_shapes(), options_.batch)
+                      : (mine + options_.micro_batches - 1) / options_.micro_batches;
   plan_recompute(c.config);
   distributed::GradientSyncOptions sync;
   constexpr double kMiB = 1024.0 * 1024.0;
@@ -93,7 +97,7 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   sync.bucket_bytes = static_cast<int64_t>(c.config.distributed.bucket_mib * kMiB);
   init_optimizer({model_->parameters()},
                  torch::optim::AdamOptions(options_.lr).eps(options_.adam_eps), sync,
-                 options_.micro_batches);
+                 options_.micro_batches, c.config.run.deterministic);
 }
 
 DiffusionFamily::~DiffusionFamily() = default;
@@ -198,10 +202,37 @@ double DiffusionFamily::begin_step(const StepControl& control) {
 
 DataParallelFamily::MicroBatchLoss DiffusionFamily::micro_batch_loss(const StepControl& control,
                                                                      int64_t k, int64_t count) {
-  const int64_t step = control.step;
   const auto [begin, end] = even_slice(options_.batch, comm_.rank(), comm_.size());  // this rank's
-  const int64_t lo = begin + (end - begin) * k / count;
-  const int64_t hi = begin + (end - begin) * (k + 1) / count;
+  return shapes_loss(control, begin + (end - begin) * k / count,
+                     begin + (end - begin) * (k + 1) / count);
+}
+
+int64_t DiffusionFamily::unit_shapes() const {
+  return options_.unit_shapes > 0 ? options_.unit_shapes
+                                  : std::max<int64_t>(4, options_.batch / 16);
+}
+
+int64_t DiffusionFamily::work_units() const {
+  return (options_.batch + unit_shapes() - 1) / unit_shapes();
+}
+
+DataParallelFamily::MicroBatchLoss DiffusionFamily::unit_loss(const StepControl& control,
+                                                              int64_t unit, int64_t units) {
+  const auto [lo, hi] = even_slice(options_.batch, unit, units);
+  if (options_.dropout > 0.0 && device_.is_cpu()) {
+    // Dropout draws from torch's default generator: seeded from (seed, step, unit), so that the
+    // unit drops the same activations on whichever rank runs it. (CUDA's generator is not.)
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(mix(mix(mix(seed_, kDropoutPurpose), static_cast<uint64_t>(control.step)),
+                             static_cast<uint64_t>(unit)));
+  }
+  return shapes_loss(control, lo, hi);
+}
+
+DataParallelFamily::MicroBatchLoss DiffusionFamily::shapes_loss(const StepControl& control,
+                                                                int64_t lo, int64_t hi) {
+  const int64_t step = control.step;
   const std::vector<int64_t> micro_ids(step_shapes_.begin() + lo, step_shapes_.begin() + hi);
   const torch::Tensor x0 = clean_points(micro_ids);
   std::vector<torch::Tensor> levels, noises;

@@ -93,6 +93,13 @@ class DiffusionFamily : public DataParallelFamily, public SampleWriter {
   // loss and its allreduce included), backward, gradient_sync; optimizer after the update.
   double begin_step(const StepControl& control) override;
   MicroBatchLoss micro_batch_loss(const StepControl& control, int64_t k, int64_t count) override;
+  // run.deterministic: units of diffusion.unit_shapes shapes of the step's batch (0: batch / 16,
+  // at least 4; the units' sizes differ by at most one).
+  int64_t work_units() const override;
+  int64_t unit_shapes() const;
+  MicroBatchLoss unit_loss(const StepControl& control, int64_t unit, int64_t units) override;
+  // The loss of the step's shapes [lo, hi) (a micro-batch or a unit).
+  MicroBatchLoss shapes_loss(const StepControl& control, int64_t lo, int64_t hi);
   void end_step(StepRecord& record) override;
   const char* loss_phase() const override { return "forward"; }
 

@@ -50,6 +50,8 @@ struct NerfBenchOptions {
   int64_t rays = 1024;              // checkpoint / accumulate: rays of the fixed batch (per rank)
   int repeats = 3;                  // checkpoint / accumulate: timed steps per case (median)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (fp16 on CUDA only, as a run)
+  bool deterministic = false;       // throughput: also time run.deterministic, side by side
+  int64_t unit_rays = 0;            // its nerf.unit_rays (0: the key's default rule)
   uint64_t seed = 0;
   double timeout_s = 600;
 };
@@ -234,8 +236,12 @@ int run_nerf_bench(const NerfBenchOptions& options) {
 
   // Throughput: optimizer steps through the RayTrainer, global rays/s over the timed steps.
   if (has(cases, "throughput")) {
-    for (const std::string& name : split_list(options.models)) {
-      bench::progress(rank, "nerf", "throughput %s: %lld + %lld steps of %lld rays", name.c_str(),
+    std::vector<bool> modes = {false};
+    if (options.deterministic) modes.push_back(true);
+    for (const std::string& name : split_list(options.models))
+    for (const bool deterministic : modes) {
+      bench::progress(rank, "nerf", "throughput %s%s: %lld + %lld steps of %lld rays", name.c_str(),
+               deterministic ? " (run.deterministic)" : "",
                static_cast<long long>(options.warmup), static_cast<long long>(options.steps),
                static_cast<long long>(options.train_rays));
       auto model = create_model(name, scene, device, options.seed);
@@ -250,6 +256,8 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       trainer_options.out_dir = "";
       trainer_options.progress = false;
       trainer_options.precision = options.precision;
+      trainer_options.deterministic = deterministic;
+      trainer_options.nerf.unit_rays = options.unit_rays;
       RayTrainer trainer(context, *comm, *model, scene, trainer_options);
       for (int64_t step = 0; step < options.warmup; ++step) trainer.train_step(step);
       bench::sync(device);
@@ -264,8 +272,10 @@ int run_nerf_bench(const NerfBenchOptions& options) {
       const double rays_per_s = static_cast<double>(options.steps * options.train_rays) / seconds;
       if (rank == 0) {
         std::printf("{\"bench\":\"nerf\",\"case\":\"throughput\",\"model\":\"%s\",\"ranks\":%d,"
-                    "\"precision\":\"%s\",\"rays_per_s\":%.1f,\"phases_s\":%s}\n",
-                    name.c_str(), ranks, precision, rays_per_s,
+                    "\"precision\":\"%s\",\"deterministic\":%s,\"unit_rays\":%lld,"
+                    "\"rays_per_s\":%.1f,\"phases_s\":%s}\n",
+                    name.c_str(), ranks, precision, deterministic ? "true" : "false",
+                    static_cast<long long>(options.unit_rays), rays_per_s,
                     bench::phases_json(median_phases(phases)).c_str());
         std::fflush(stdout);
       }
@@ -397,6 +407,14 @@ bench::BenchCommand add_nerf_bench(CLI::App& bench) {
                   "steps use the loss scaler); every JSON line carries it")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  sub->add_flag("--deterministic", o->deterministic,
+                "Throughput: time each model on the float path and with run.deterministic "
+                "(bitwise at any world size), side by side (JSON key deterministic)");
+  sub->add_option("--unit-rays", o->unit_rays,
+                  "Throughput with --deterministic: rays per work unit (nerf.unit_rays; 0: "
+                  "--train-rays / 16, at least 256)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the scene, the models and the batches")->capture_default_str();
   return {sub, [o] { return run_nerf_bench(*o); }};
 }

@@ -17,6 +17,7 @@ struct NerfConfig {
   // Both models: the batch of rays and the optimizer (docs/training.md).
   int64_t rays_per_step = 4096;
   int64_t micro_batches = 1;
+  int64_t unit_rays = 0;  // run.deterministic: rays per work unit; 0 = max(256, rays_per_step / 16)
   double lr = 1e-2;
   std::string lr_schedule = "exponential";
   double final_lr = 1e-4;

@@ -26,7 +26,11 @@ float OccupancyGrid::current_threshold() const {
   const auto visited = values_.ge(0);
   const int64_t count = visited.sum().item<int64_t>();
   if (count == 0) return options_.threshold;
-  const float mean = values_.clamp_min(0).sum().item<float>() / static_cast<float>(count);
+  // The mean over visited cells from an integer sum of the values in fixed point (2^-24, values
+  // capped at 2^20): exact, so the same at any thread count, where a float sum is not.
+  const double fixed = values_.clamp(0, 1 << 20).mul(16777216.0).round().to(torch::kInt64)
+                           .sum().item<int64_t>();
+  const float mean = static_cast<float>(fixed / 16777216.0 / static_cast<double>(count));
   return std::min(options_.threshold, mean);
 }
 
@@ -73,8 +77,12 @@ void OccupancyGrid::update(const DensityFn& density, uint64_t seed, int64_t step
   if (comm == nullptr || comm->size() == 1) {
     fresh = evaluate(density, positions);
   } else {
+    // Whole chunks per rank (the chunks of the one-rank update): each cell is evaluated in the
+    // same chunk, with the same shapes, at any world size.
     const int64_t c = num_cells(), r = comm->rank(), n = comm->size();
-    const int64_t begin = r * c / n, end = (r + 1) * c / n;
+    const int64_t chunks = (c + options_.chunk - 1) / options_.chunk;
+    const int64_t begin = std::min(c, r * chunks / n * options_.chunk);
+    const int64_t end = std::min(c, (r + 1) * chunks / n * options_.chunk);
     const auto mine = evaluate(density, positions.slice(0, begin, end));
     fresh = comm->allgatherv(mine.to(comm->device())).to(device_);
     if (fresh.size(0) != c) throw std::runtime_error("occupancy grid: allgatherv size mismatch");

@@ -43,7 +43,7 @@ RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Commun
   check_run_options(options_, device_);
   if (options_.nerf.micro_batches < 1) throw UserError("nerf.micro_batches must be >= 1");
   const int64_t per_rank = options_.nerf.rays_per_step / comm_.size();
-  if (per_rank < options_.nerf.micro_batches)
+  if (!options_.deterministic && per_rank < options_.nerf.micro_batches)
     throw UserError("nerf.rays_per_step (" + std::to_string(options_.nerf.rays_per_step) +
                     ") gives fewer rays per rank than nerf.micro_batches (" +
                     std::to_string(options_.nerf.micro_batches) + "); raise rays_per_step");
@@ -56,7 +56,7 @@ RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Commun
                  torch::optim::AdamOptions(options_.nerf.lr)
                      .betas({options_.adam_beta1, options_.adam_beta2})
                      .eps(options_.nerf.adam_eps),
-                 options_.grad_sync, options_.nerf.micro_batches);
+                 options_.grad_sync, options_.nerf.micro_batches, options_.deterministic);
   RaySamplerOptions so;
   so.rays_per_step = options_.nerf.rays_per_step;
   so.seed = options_.seed;
@@ -109,7 +109,8 @@ double RayTrainer::begin_step(const StepControl& control) {
   step_rate_ = sampler_->epoch_of(control.step).rate;
   step_lr_ = lr_.at(control.step);
   if (options_.rescale_lr) step_lr_ *= lr_rescale(step_rate_, options_.sampling.rate_max);
-  batch_ = sampler_->rank_batch(control.step, comm_.rank(), comm_.size(), device_);
+  if (!deterministic())  // the bitwise path builds each unit's rays in unit_loss
+    batch_ = sampler_->rank_batch(control.step, comm_.rank(), comm_.size(), device_);
   samples_ = rendered_ = 0;
   phases().lap("sample");
   return step_lr_;
@@ -128,6 +129,26 @@ DataParallelFamily::MicroBatchLoss RayTrainer::micro_batch_loss(const StepContro
   micro.target_rgb = slice(batch_.target_rgb);
   micro.background = batch_.background.dim() == 2 ? slice(batch_.background) : batch_.background;
   micro.ray_ids = slice(batch_.ray_ids);
+  return rays_loss(control, micro);
+}
+
+int64_t RayTrainer::work_units() const {
+  const int64_t rays = options_.nerf.rays_per_step;
+  const int64_t unit = options_.nerf.unit_rays > 0 ? options_.nerf.unit_rays
+                                                   : std::max<int64_t>(256, rays / 16);
+  return (rays + unit - 1) / unit;
+}
+
+DataParallelFamily::MicroBatchLoss RayTrainer::unit_loss(const StepControl& control,
+                                                         int64_t unit, int64_t units) {
+  const RayBatch rays = sampler_->rank_batch(control.step, static_cast<int>(unit),
+                                             static_cast<int>(units), device_);
+  phases().lap("sample");
+  return rays_loss(control, rays);
+}
+
+DataParallelFamily::MicroBatchLoss RayTrainer::rays_loss(const StepControl& control,
+                                                         const RayBatch& micro) {
   StepContext ctx;
   ctx.step = control.step;
   ctx.seed = options_.seed;
@@ -151,11 +172,14 @@ DataParallelFamily::MicroBatchLoss RayTrainer::micro_batch_loss(const StepContro
 }
 
 void RayTrainer::end_step(StepRecord& record) {
-  const int64_t local = batch_.ray_ids.size(0);
-  const double samples_per_ray =
-      local > 0 ? static_cast<double>(samples_) / static_cast<double>(local) : 0.0;
-  const double rendered_per_ray =
-      local > 0 ? static_cast<double>(rendered_) / static_cast<double>(local) : 0.0;
+  // Samples over the step's rays on every rank (integers: exact in any order).
+  torch::Tensor counts =
+      torch::tensor({samples_, rendered_}, torch::kInt64).to(comm_.device());
+  comm_.allreduce(counts, distributed::ReduceOp::Sum);
+  counts = counts.cpu();
+  const double rays = static_cast<double>(options_.nerf.rays_per_step);
+  const double samples_per_ray = counts[0].item<double>() / rays;
+  const double rendered_per_ray = counts[1].item<double>() / rays;
   record.work = static_cast<double>(options_.nerf.rays_per_step);
   const double psnr = record.loss > 0 ? -10.0 * std::log10(record.loss) : 99.0;
   record.fields = {{"psnr", psnr},

@@ -114,6 +114,11 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // after_step) after the update.
   double begin_step(const StepControl& control) override;
   MicroBatchLoss micro_batch_loss(const StepControl& control, int64_t k, int64_t count) override;
+  // run.deterministic: units of nerf.unit_rays rays of the global batch (0: rays_per_step / 16,
+  // at least 256; the units' sizes differ by at most one), unit u built as rank u of U would
+  // build its slice.
+  int64_t work_units() const override;
+  MicroBatchLoss unit_loss(const StepControl& control, int64_t unit, int64_t units) override;
   void end_step(StepRecord& record) override;
   void after_update(const StepControl& control) override;
 
@@ -121,6 +126,8 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // A camera's pixels, rows split across ranks and gathered on every rank: [H, W, 3] colour
   // (unclamped), or with `geometry` [H, W, 5]: colour, expected z-depth, opacity (ViewOutputs).
   torch::Tensor render_columns(const data::Camera& camera, int64_t step, bool geometry);
+  // The loss of a batch of rays (a micro-batch or a unit) of step control.step.
+  MicroBatchLoss rays_loss(const StepControl& control, const RayBatch& rays);
   std::unique_ptr<Model> owned_model_;  // set by the owning constructor
   distributed::ProcessContext& context_;
   distributed::Communicator& comm_;

@@ -1,4 +1,4 @@
-// The ray family's eval: renders views with their rows split across ranks (allgatherv assembles
+// The ray family's eval: renders views with their pixels split across ranks in fixed chunks (allgatherv assembles
 // the image on every rank) and scores PSNR/SSIM against the dataset image.
 #include "framework/metrics.h"
 #include "models/nerf/ray_trainer.h"
@@ -15,7 +15,8 @@ torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
 
 std::string RayTrainer::render_layout() {
   return "the model replicated on " + std::to_string(comm_.size()) +
-         " rank(s), each view's rows split across them";
+         " rank(s), each view's pixels split across them in chunks of " +
+         std::to_string(options_.eval_chunk_rays) + " rays";
 }
 
 ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
@@ -29,10 +30,15 @@ ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
 
 torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, bool geometry) {
   const int64_t h = cam.height, w = cam.width;
-  // This rank's block of rows.
-  const int64_t row0 = h * comm_.rank() / comm_.size(), row1 = h * (comm_.rank() + 1) / comm_.size();
-  const int64_t n = (row1 - row0) * w;
-  const torch::Tensor pix = torch::arange(row0 * w, row1 * w, torch::kInt64);
+  // This rank's chunks of the view's pixels (row-major): the view is cut into chunks of
+  // eval_chunk_rays whatever the world size, so each pixel is rendered in the same chunk, with
+  // the same shapes, on any number of ranks.
+  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
+  const int64_t chunks = (h * w + chunk - 1) / chunk;
+  const int64_t first = std::min(h * w, chunks * comm_.rank() / comm_.size() * chunk);
+  const int64_t last = std::min(h * w, chunks * (comm_.rank() + 1) / comm_.size() * chunk);
+  const int64_t n = last - first;
+  const torch::Tensor pix = torch::arange(first, last, torch::kInt64);
   const torch::Tensor y = pix.div(w, "floor"), x = pix - y * w;
   RayBatch all;
   pixel_rays({cam}, torch::zeros({n}, torch::kInt64), x, y, &all.origins, &all.directions);
@@ -51,7 +57,6 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   ctx.training = false;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
-  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
   for (int64_t b = 0; b < n; b += chunk) {
     const int64_t m = std::min(chunk, n - b);
     RayBatch rays;
@@ -60,7 +65,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
     rays.near = torch::full({m}, static_cast<float>(scene_.meta().near), device_);
     rays.far = torch::full({m}, static_cast<float>(scene_.meta().far), device_);
     rays.background = all.background;
-    rays.ray_ids = torch::arange(row0 * w + b, row0 * w + b + m, torch::kInt64).to(device_);
+    rays.ray_ids = torch::arange(first + b, first + b + m, torch::kInt64).to(device_);
     const RenderResult r = model_.render(rays, ctx);
     if (!geometry) {
       parts.push_back(r.rgb.to(torch::kFloat32));

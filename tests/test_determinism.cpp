@@ -1,0 +1,77 @@
+// ExactSum (framework/exact_sum.h) and the fixed-point kernels under it (kernels/fixed_point.h),
+// under mpiexec -n 1, 2, 3, 4: the same values added in any order and grouping, on one rank or
+// split across ranks, give the same bits, the exact sum rounded; values it cannot hold make the
+// sum NaN. The families' bitwise runs are tested with them (test_nerf_invariants,
+// test_diffusion: "Deterministic*").
+#include <gtest/gtest.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "distributed/mpi_communicator.h"
+#include "framework/exact_sum.h"
+#include "kernels/fixed_point.h"
+#include "tests/mpi_test_env.h"
+
+namespace tessera {
+namespace {
+
+distributed::Communicator& world() { return test::cpu_world(); }
+
+// The same values added in any order and grouping, on one rank or split over ranks, give the
+// same bits; and the sum is the exact one rounded (checked against float64 on values whose exact
+// sum float64 holds).
+TEST(ExactSum, AnyOrderAndGroupingGiveTheSameBits) {
+  torch::manual_seed(3);
+  const int64_t n = 1000, k = 12;
+  // Magnitudes from 1e-12 to 1e4, both signs, and zeros.
+  const torch::Tensor values =
+      (torch::randn({k, n}) * torch::pow(10.0, torch::randint(-12, 5, {k, n}).to(torch::kFloat32)))
+          .mul(torch::rand({k, n}).gt(0.1));
+  auto sum_in = [&](const std::vector<int64_t>& order, distributed::Communicator& comm) {
+    ExactSum s({{n}, {}}, torch::kCPU);
+    const int64_t first = k * comm.rank() / comm.size(), last = k * (comm.rank() + 1) / comm.size();
+    for (int64_t i = first; i < last; ++i) s.add(0, values[order[i]]);
+    s.allreduce(comm);
+    return s.value(0);
+  };
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  std::vector<int64_t> forward(k), backward(k);
+  for (int64_t i = 0; i < k; ++i) forward[i] = i, backward[i] = k - 1 - i;
+  const torch::Tensor a = sum_in(forward, self), b = sum_in(backward, self),
+                      c = sum_in(backward, world());
+  EXPECT_TRUE(torch::equal(a, b));
+  EXPECT_TRUE(torch::equal(a, c));
+  // The float sums in those orders differ (so the test above can tell).
+  EXPECT_FALSE(torch::equal(values.sum(0), values.flip(0).cumsum(0)[k - 1]));
+  // Exact: 12 floats between 1e-3 and 1e4 in magnitude span under 53 bits, so their float64 sum
+  // is exact in any order; the fixed-point sum read as float64 is that sum.
+  const torch::Tensor moderate =
+      torch::where(values.abs().ge(1e-3), values, torch::zeros_like(values));
+  ExactSum s({{n}}, torch::kCPU);
+  for (int64_t i = 0; i < k; ++i) s.add(0, moderate[i]);
+  s.allreduce(self);
+  EXPECT_TRUE(torch::equal(s.value(0, torch::kFloat64), moderate.to(torch::kFloat64).sum(0)));
+}
+
+TEST(ExactSum, ValuesItCannotHoldMakeTheSumNaN) {
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  ExactSum s({{3}, {2}}, torch::kCPU);
+  s.add(0, torch::tensor({1.0f, std::nanf(""), 2.0f}));
+  s.add(1, torch::tensor({1e20f, 0.5f}));  // 1e20 >= 2^47
+  s.add(1, torch::tensor({-1e20f, 0.25f}));
+  s.allreduce(self);
+  EXPECT_TRUE(torch::isnan(s.value(0)).all().item<bool>());
+  EXPECT_TRUE(torch::isnan(s.value(1)).all().item<bool>());
+  ExactSum ok({{2}}, torch::kCPU);
+  ok.add(0, torch::tensor({1e14f, -1e-30f}));  // below 2^47; below 2^-97 rounds to 0
+  ok.add(0, torch::tensor({-1e14f, 1e-30f}));
+  ok.allreduce(self);
+  EXPECT_TRUE(torch::equal(ok.value(0), torch::zeros({2})));
+}
+
+}  // namespace
+}  // namespace tessera
