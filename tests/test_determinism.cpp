@@ -14,6 +14,7 @@
 #include "distributed/mpi_communicator.h"
 #include "framework/exact_sum.h"
 #include "kernels/fixed_point.h"
+#include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
 
 namespace tessera {
@@ -71,6 +72,34 @@ TEST(ExactSum, ValuesItCannotHoldMakeTheSumNaN) {
   ok.add(0, torch::tensor({-1e14f, 1e-30f}));
   ok.allreduce(self);
   EXPECT_TRUE(torch::equal(ok.value(0), torch::zeros({2})));
+}
+
+// The CUDA kernels give the CPU's bits: the same digits added, the same normalization, the same
+// read-back (launch/gpu-check runs this on a GPU; it skips elsewhere).
+TEST(FixedPoint, CudaMatchesTheCpuBitwise) {
+  TESSERA_SKIP_UNLESS_CUDA_KERNELS();
+  torch::manual_seed(4);
+  const int64_t n = 100000;
+  const torch::Tensor values =
+      torch::randn({8, n}) * torch::pow(10.0, torch::randint(-30, 14, {8, n}).to(torch::kFloat32));
+  values[0][0] = std::nanf("");  // one value it cannot hold, in row 0
+  auto run = [&](torch::Device device) {
+    torch::Tensor acc = torch::zeros({n, kernels::kFixedPointLimbs},
+                                     torch::TensorOptions().dtype(torch::kInt64).device(device));
+    torch::Tensor bad = torch::zeros({1}, acc.options());
+    for (int64_t k = 0; k < 8; ++k) kernels::fixed_point_add(acc, values[k].to(device), bad);
+    kernels::fixed_point_normalize(acc);
+    return std::make_tuple(acc.cpu(), bad.cpu(),
+                           kernels::fixed_point_to_float(acc, torch::kFloat32).cpu(),
+                           kernels::fixed_point_to_float(acc, torch::kFloat64).cpu());
+  };
+  const auto [cpu_acc, cpu_bad, cpu_f32, cpu_f64] = run(torch::kCPU);
+  const auto [gpu_acc, gpu_bad, gpu_f32, gpu_f64] = run(torch::Device(torch::kCUDA));
+  EXPECT_EQ(cpu_bad.item<int64_t>(), 1);
+  EXPECT_TRUE(torch::equal(cpu_bad, gpu_bad));
+  EXPECT_TRUE(torch::equal(cpu_acc, gpu_acc));
+  EXPECT_TRUE(torch::equal(cpu_f32, gpu_f32));
+  EXPECT_TRUE(torch::equal(cpu_f64, gpu_f64));
 }
 
 }  // namespace
