@@ -118,7 +118,7 @@ const std::vector<KeySpec>& framework_keys() {
       key("run", "deterministic", [](auto& c) -> auto& { return c.run.deterministic; })
           .defaults_to(true)
           .doc("Bitwise the same parameters, optimizer state, losses and metrics on any number of "
-               "ranks and at any thread count per rank: the step's work is cut into units fixed "
+               "ranks (at the same threads per rank): the step's work is cut into units fixed "
                "by the data (the model section's unit_* key) and their gradients are summed in "
                "fixed point, exactly (docs/training_loop.md, \"Bitwise at any world size\": "
                "which models, and its price in speed). false: the float path, bitwise only at "

@@ -36,6 +36,9 @@ void DataParallelFamily::init_optimizer(const std::vector<std::vector<torch::Ten
   }
   const int64_t units = work_units();
   if (units < 1) throw UserError("run.deterministic: this model has no work units");
+  if (device_.type() != world_.device().type())
+    throw UserError("run.deterministic: the model is on " + device_.str() +
+                    " but the communicator reduces on " + world_.device().str());
   if (units < world_.size() && world_.rank() == 0)
     spdlog::warn("run.deterministic: a step has {} work unit(s) for {} ranks, so {} rank(s) wait "
                  "idle; smaller units (the model section's unit_* key) or a larger batch "
@@ -66,7 +69,7 @@ void DataParallelFamily::units_forward_backward(const StepControl& control,
   const size_t loss_slot = params_.size();
   for (int64_t u = first; u < last; ++u) {
     MicroBatchLoss micro = unit_loss(control, u, units);
-    if (loss_hook) loss_hook(control.step, u - first, micro.loss);
+    if (loss_hook) loss_hook(control.step, u, micro.loss);
     exact_->add(loss_slot, micro.loss.detach().to(torch::kFloat32).reshape({}));
     torch::Tensor loss = micro.extra.defined() ? micro.loss + micro.extra : micro.loss;
     if (control.loss_scale != 1.0) loss = loss * control.loss_scale;

@@ -34,7 +34,8 @@ class DataParallelFamily : public ModelFamily {
 
   torch::optim::Adam& optimizer() { return *optimizer_; }
 
-  // Test hook: called with each micro-batch's loss before backward; may replace it (e.g. by NaN).
+  // Test hook: called with each micro-batch's loss before backward (this rank's micro-batch k;
+  // on the deterministic path each unit's, with the unit's global index); may replace it.
   std::function<void(int64_t step, int64_t micro_batch, torch::Tensor& loss)> loss_hook;
 
  protected:

@@ -61,7 +61,8 @@ torch::Tensor ExactSum::value(size_t index, torch::ScalarType dtype) {
                                                 : rows_ - offsets_[index];
   torch::Tensor out = kernels::fixed_point_to_float(limbs_.narrow(0, offsets_[index], n), dtype)
                           .view(shapes_[index])
-                          .detach();  // not a view: it becomes a parameter's grad
+                          .detach();  // a grad may not be a view in autograd's sense (its
+                                      // storage is the fresh read-back buffer's, private)
   const int64_t bad = limbs_[rows_ + static_cast<int64_t>(index)][0].item<int64_t>();
   if (bad != 0) out.fill_(std::numeric_limits<double>::quiet_NaN());
   return out;

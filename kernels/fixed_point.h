@@ -27,7 +27,8 @@ void fixed_point_add(at::Tensor& acc, const at::Tensor& values, at::Tensor& bad)
 // one representation of the value, whatever additions led to it.
 void fixed_point_normalize(at::Tensor& acc);
 // acc (normalized or not; it is not modified) -> float [n] of `dtype` (float32 or float64): the
-// exact value rounded through float64, the same bits for the same exact value.
+// exact value summed limb by limb in float64 (so within an ulp or two of the nearest, not always
+// the nearest), the same bits for the same exact value.
 at::Tensor fixed_point_to_float(const at::Tensor& acc, at::ScalarType dtype);
 
 namespace cpu {

@@ -72,6 +72,14 @@ TEST(ExactSum, ValuesItCannotHoldMakeTheSumNaN) {
   ok.add(0, torch::tensor({-1e14f, 1e-30f}));
   ok.allreduce(self);
   EXPECT_TRUE(torch::equal(ok.value(0), torch::zeros({2})));
+  // Each value rounded by itself to a multiple of 2^-96, ties away from zero: 2^-97 is 2^-96,
+  // 1.5 * 2^-98 is 0, -2^-97 is -2^-96.
+  ExactSum tiny({{3}}, torch::kCPU);
+  tiny.add(0, torch::tensor({std::ldexp(1.0f, -97), std::ldexp(1.5f, -98), -std::ldexp(1.0f, -97)}));
+  tiny.allreduce(self);
+  EXPECT_TRUE(torch::equal(tiny.value(0, torch::kFloat64),
+                           torch::tensor({std::ldexp(1.0, -96), 0.0, -std::ldexp(1.0, -96)},
+                                         torch::kFloat64)));
 }
 
 // The CUDA kernels give the CPU's bits: the same digits added, the same normalization, the same

@@ -48,7 +48,9 @@ class DiffusionTest : public ::testing::Test {
   }
 
   // A tiny denoiser: batch 6 splits evenly over 1, 2 and 3 ranks. Adam's epsilon 1e-4 as the NeRF
-  // invariant tests: it bounds the amplification of float reassociation by Adam's division.
+  // invariant tests: it bounds the amplification of float reassociation by Adam's division. The
+  // float path (run.deterministic = false), whose invariants these tests hold within float
+  // reassociation; the Deterministic* tests set it true.
   static Config config(const std::vector<std::string>& extra = {}) {
     FamilyRegistry families;  // [diffusion] joins the config schema
     models::register_builtin_families(families);
@@ -57,7 +59,7 @@ class DiffusionTest : public ::testing::Test {
         "train.steps=20", "diffusion.width=32", "diffusion.depth=2", "diffusion.heads=2",
         "diffusion.tokens=48", "diffusion.batch=6", "diffusion.lr=1e-3",
         "diffusion.lr_schedule=constant", "diffusion.warmup_steps=0", "diffusion.timesteps=100",
-        "diffusion.adam_eps=1e-4"};
+        "diffusion.adam_eps=1e-4", "run.deterministic=false"};
     sets.insert(sets.end(), extra.begin(), extra.end());
     return parse_config("", "diffusion test", sets);
   }
@@ -137,15 +139,18 @@ TEST_F(DiffusionTest, NRanksTrainLikeOne) {
 
 // Invariant 6, run.deterministic (docs/training_loop.md, "Bitwise at any world size"): 20 steps on
 // N ranks equal one rank bit for bit (parameters, Adam's moments, each step's loss, the eval's
-// denoising loss), at Adam's default eps and with dropout (seeded per unit), a batch of 7 in
-// units of 2 (uneven on every world size). At the same thread count: oneMKL cuts the reduction
+// denoising loss and the generated clouds' MMD, coverage and 1-NNA), at Adam's default eps and
+// with dropout (seeded per unit), a batch of 7 in units of at most 2 (uneven on every world size). At the same thread count: oneMKL cuts the reduction
 // of the output layer's weight gradient (6 channels) differently at 1 and 2 threads.
 test::Trace deterministic_trace(const Config& c, distributed::Communicator& comm,
                                 const data::Dataset& shapes, const RunOptions& options) {
   Trained t(c, comm, shapes, options);
   test::Trace trace;
   for (int64_t step = 0; step < 20; ++step) trace.add(t.run.train_step(step));
-  trace.add(t.family.evaluate(20, {0, 1, 2, 3, 4}, {}));
+  // 18 items: two chunks of generated clouds (16 + 2), split whole across ranks.
+  std::vector<size_t> items(18);
+  for (size_t i = 0; i < items.size(); ++i) items[i] = i;
+  trace.add(t.family.evaluate(20, items, {}));
   trace.state = test::adam_state_of(t.family.optimizer());
   return trace;
 }
@@ -154,18 +159,20 @@ TEST_F(DiffusionTest, DeterministicNRanksEqualOneRankBitwise) {
   const Config c = config({"run.deterministic=true", "diffusion.adam_eps=1e-8",
                            "diffusion.batch=7", "diffusion.unit_shapes=2",
                            "diffusion.dropout=0.1", "diffusion.warmup_steps=2",
-                           "diffusion.generative_eval=false"});
+                           "diffusion.sample_steps=4"});
+  ASSERT_TRUE(c.run.deterministic);
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
   const test::Trace want = deterministic_trace(c, self, *shapes_, quiet(c));
   const test::Trace got = deterministic_trace(c, world(), *shapes_, quiet(c));
   test::expect_bitwise(got, want,
                        "point-diffusion on " + std::to_string(world().size()) + " ranks", world());
-  // The float path on the same config is not bitwise across world sizes: what the comparison
-  // above would catch if an order-dependent float sum came back into a reduction.
+  // The float path on the same config (without dropout, whose global generator alone would make
+  // it differ) is not bitwise across world sizes: what the comparison above would catch if an
+  // order-dependent float sum came back into a reduction.
   if (world().size() > 1) {
-    const Config f = config({"run.deterministic=false", "diffusion.adam_eps=1e-8",
-                             "diffusion.batch=7", "diffusion.dropout=0.1",
+    const Config f = config({"diffusion.adam_eps=1e-8", "diffusion.batch=7",
                              "diffusion.warmup_steps=2", "diffusion.generative_eval=false"});
+    ASSERT_FALSE(f.run.deterministic);
     EXPECT_FALSE(torch::equal(deterministic_trace(f, self, *shapes_, quiet(f)).state,
                               deterministic_trace(f, world(), *shapes_, quiet(f)).state));
   }
@@ -173,7 +180,9 @@ TEST_F(DiffusionTest, DeterministicNRanksEqualOneRankBitwise) {
 
 // Invariant 2: micro-batches add up to the batch.
 TEST_F(DiffusionTest, AccumulationIsExact) {
-  const Config whole = config(), split = config({"diffusion.micro_batches=2"});
+  // A batch of 8: two micro-batches on each of up to 4 ranks.
+  const Config whole = config({"diffusion.batch=8"}),
+               split = config({"diffusion.batch=8", "diffusion.micro_batches=2"});
   Trained a(whole, world(), *shapes_, quiet(whole));
   Trained b(split, world(), *shapes_, quiet(split));
   for (int64_t t = 0; t < 5; ++t) {

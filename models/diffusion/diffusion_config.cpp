@@ -56,7 +56,8 @@ config_schema::SectionSpec diffusion_config_section() {
       diffusion_key("unit_shapes", [](auto& o) -> auto& { return o.unit_shapes; })
           .range(0, 1 << 20)
           .doc("With run.deterministic: shapes per work unit; 0 = batch / 16, at least 4. The "
-               "batch is cut into units of this many whatever the number of ranks; each rank "
+               "batch is cut into units of at most this many (sizes differing by at most one) "
+               "whatever the number of ranks; each rank "
                "runs its units one at a time (micro_batches is not used) and their gradients "
                "are summed exactly (docs/training_loop.md). At least one unit per rank keeps "
                "every rank busy."),

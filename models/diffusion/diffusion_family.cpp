@@ -270,7 +270,10 @@ void DiffusionFamily::end_step(StepRecord& record) {
 
 EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, const ImageSink&) {
   torch::NoGradGuard no_grad;
-  double sum = 0.0;
+  // Each item's loss from the one rank that scores it, the others' 0: the allreduce is exact, and
+  // the mean adds the items in their order, so the score does not depend on the world size.
+  torch::Tensor per_item =
+      torch::zeros({static_cast<int64_t>(items.size())}, torch::TensorOptions().dtype(torch::kFloat64));
   for (size_t i = comm_.rank(); i < items.size(); i += comm_.size()) {
     const int64_t id = static_cast<int64_t>(items[i]);
     const torch::Tensor x0 = clean_points({id}).expand({kEvalLevels, -1, -1});
@@ -283,16 +286,18 @@ EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, 
         torch::randn({kEvalLevels, options_.tokens, kChannels}, gen, torch::kFloat32).to(device_);
     const torch::Tensor predicted =
         model_->forward(schedule_.add_noise(x0, t, noise), t, /*training=*/false);
-    sum += (predicted - noise).pow(2).mean().item<double>();
+    per_item[static_cast<int64_t>(i)] = (predicted - noise).pow(2).mean().item<double>();
   }
-  torch::Tensor total = torch::tensor({sum}, torch::TensorOptions().dtype(torch::kFloat64))
-                            .to(comm_.device());
-  comm_.allreduce(total, distributed::ReduceOp::Sum);
+  per_item = per_item.to(comm_.device());
+  comm_.allreduce(per_item, distributed::ReduceOp::Sum);
+  per_item = per_item.cpu();
+  double sum = 0.0;
+  for (int64_t i = 0; i < per_item.size(0); ++i) sum += per_item[i].item<double>();
   EvalScores scores;
   scores.items = static_cast<int64_t>(items.size());
   scores.unit = "shapes";
   if (items.empty()) return scores;
-  scores.metrics = {{"denoise_loss", total.item<double>() / static_cast<double>(items.size())}};
+  scores.metrics = {{"denoise_loss", sum / static_cast<double>(items.size())}};
   if (!options_.generative_eval) return scores;
   // As many samples as shapes scored, the same start noise at every eval (comparable across
   // steps); the Chamfer distances on rank 0, which reads the references.
@@ -316,11 +321,19 @@ EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, 
   return scores;
 }
 
+std::pair<int64_t, int64_t> DiffusionFamily::sample_range(int64_t count) const {
+  // Whole chunks of kSampleChunk clouds from the first: each cloud is denoised in the same chunk,
+  // with the same shapes, at any world size.
+  const int64_t chunks = (count + kSampleChunk - 1) / kSampleChunk;
+  const auto [first, last] = even_slice(chunks, comm_.rank(), comm_.size());
+  return {std::min(count, first * kSampleChunk), std::min(count, last * kSampleChunk)};
+}
+
 torch::Tensor DiffusionFamily::draw_samples(int64_t count, int64_t steps, Sampler sampler,
                                             uint64_t seed, uint64_t purpose,
                                             const std::function<void(int64_t)>& on_chunk) {
   respaced_levels(steps, options_.timesteps);  // the same UserError on every rank, before work
-  const auto [begin, end] = even_slice(count, comm_.rank(), comm_.size());
+  const auto [begin, end] = sample_range(count);
   const NoisePredictor predict = [this](const torch::Tensor& x, const torch::Tensor& t) {
     return model_->forward(x, t, /*training=*/false);
   };
@@ -350,7 +363,7 @@ std::string DiffusionFamily::write_samples(const SampleRequest& request) {
   const Sampler sampler = parse_sampler(name);
   if (request.count < 1) throw UserError("--count must be at least 1");
   const auto start = std::chrono::steady_clock::now();
-  const auto [first, last] = even_slice(request.count, comm_.rank(), comm_.size());
+  const auto [first, last] = sample_range(request.count);
   const int64_t mine = last - first;
   const torch::Tensor clouds =
       draw_samples(request.count, steps, sampler, request.seed, kSamplePurpose,

@@ -2,6 +2,8 @@
 // tessera-shapes dataset, data parallel across ranks behind the framework's TrainingRun.
 #pragma once
 
+#include <utility>
+
 #include <torch/optim.h>
 #include <torch/types.h>
 
@@ -97,6 +99,9 @@ class DiffusionFamily : public DataParallelFamily, public SampleWriter {
   // at least 4; the units' sizes differ by at most one).
   int64_t work_units() const override;
   int64_t unit_shapes() const;
+  // The clouds [begin, end) of `count` that this rank samples: whole chunks, the same at any
+  // world size (draw_samples).
+  std::pair<int64_t, int64_t> sample_range(int64_t count) const;
   MicroBatchLoss unit_loss(const StepControl& control, int64_t unit, int64_t units) override;
   // The loss of the step's shapes [lo, hi) (a micro-batch or a unit).
   MicroBatchLoss shapes_loss(const StepControl& control, int64_t lo, int64_t hi);

@@ -39,7 +39,8 @@ config_schema::SectionSpec nerf_config_section() {
       nerf_key("unit_rays", [](auto& n) -> auto& { return n.unit_rays; })
           .range(0, kMaxRaysPerStep)
           .doc("With run.deterministic: rays per work unit; 0 = rays_per_step / 16, at least "
-               "256. The step's rays are cut into units of this many whatever the number of "
+               "256. The step's rays are cut into units of at most this many (sizes differing by at "
+               "most one) whatever the number of "
                "ranks; each rank renders its units one at a time (micro_batches is not used) and "
                "their gradients are summed exactly (docs/training_loop.md). Larger units cost "
                "less per ray; at least one unit per rank keeps every rank busy. The unit's size "

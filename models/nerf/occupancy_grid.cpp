@@ -26,11 +26,12 @@ float OccupancyGrid::current_threshold() const {
   const auto visited = values_.ge(0);
   const int64_t count = visited.sum().item<int64_t>();
   if (count == 0) return options_.threshold;
-  // The mean over visited cells from an integer sum of the values in fixed point (2^-24, values
-  // capped at 2^20): exact, so the same at any thread count, where a float sum is not.
-  const double fixed = values_.clamp(0, 1 << 20).mul(16777216.0).round().to(torch::kInt64)
+  // The mean over visited cells from an integer sum of the values in fixed point (2^-16, values
+  // capped at 2^20; 256^3 cells stay below 2^60): exact, so the same at any thread count, where
+  // a float sum is not.
+  const double fixed = values_.clamp(0, 1 << 20).mul(65536.0).round().to(torch::kInt64)
                            .sum().item<int64_t>();
-  const float mean = static_cast<float>(fixed / 16777216.0 / static_cast<double>(count));
+  const float mean = static_cast<float>(fixed / 65536.0 / static_cast<double>(count));
   return std::min(options_.threshold, mean);
 }
 
