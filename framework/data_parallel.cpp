@@ -70,7 +70,8 @@ void DataParallelFamily::units_forward_backward(const StepControl& control,
   for (int64_t u = first; u < last; ++u) {
     MicroBatchLoss micro = unit_loss(control, u, units);
     if (loss_hook) loss_hook(control.step, u, micro.loss);
-    exact_->add(loss_slot, micro.loss.detach().to(torch::kFloat32).reshape({}));
+    const torch::Tensor& value = micro.reported.defined() ? micro.reported : micro.loss;
+    exact_->add(loss_slot, value.detach().to(torch::kFloat32).reshape({}));
     torch::Tensor loss = micro.extra.defined() ? micro.loss + micro.extra : micro.loss;
     if (control.loss_scale != 1.0) loss = loss * control.loss_scale;
     phases_.lap(loss_phase());

@@ -44,6 +44,10 @@ class DataParallelFamily : public ModelFamily {
   struct MicroBatchLoss {
     torch::Tensor loss;
     torch::Tensor extra;
+    // The bitwise path: loss's value, when torch's reduction behind `loss` may split across
+    // threads (large CPU tensors) and so depend on their count; a float32 scalar summed in a
+    // fixed order (framework/metrics.h ordered_sum). Undefined: loss's own value is used.
+    torch::Tensor reported;
   };
 
   DataParallelFamily(distributed::ProcessContext& process, distributed::Communicator& comm,

@@ -54,8 +54,8 @@ torch::Tensor gaussian_window(const torch::Device& device) {
   return (g / g.sum()).to(device);
 }
 
-// The sum of a tensor's values in float64, added in index order on one thread: the same bits at
-// any thread count (torch's reductions split large tensors across threads, which reassociates).
+}  // namespace
+
 double ordered_sum(const torch::Tensor& t) {
   const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat64).contiguous();
   const double* p = c.data_ptr<double>();
@@ -63,8 +63,6 @@ double ordered_sum(const torch::Tensor& t) {
   for (int64_t i = 0, n = c.numel(); i < n; ++i) sum += p[i];
   return sum;
 }
-
-}  // namespace
 
 double mse(const torch::Tensor& a, const torch::Tensor& b) {
   torch::NoGradGuard no_grad;

@@ -10,6 +10,11 @@ namespace tessera {
 // to a's device when they differ. Throws std::invalid_argument otherwise.
 double mse(const torch::Tensor& a, const torch::Tensor& b);  // [H, W, C], [H, W, C]
 
+// The sum of a tensor's values in float64, added in index order on one thread (copied to the CPU
+// first): the same bits at any thread count, where torch's reductions split large tensors across
+// threads and so reassociate. For reported numbers, not for gradients.
+double ordered_sum(const torch::Tensor& t);
+
 // 10 log10(1 / mse) (data range 1). +inf when the images are equal; callers cap it for display.
 double psnr(const torch::Tensor& a, const torch::Tensor& b);  // [H, W, C], [H, W, C]
 

@@ -140,8 +140,9 @@ TEST_F(DiffusionTest, NRanksTrainLikeOne) {
 // Invariant 6, run.deterministic (docs/training_loop.md, "Bitwise at any world size"): 20 steps on
 // N ranks equal one rank bit for bit (parameters, Adam's moments, each step's loss, the eval's
 // denoising loss and the generated clouds' MMD, coverage and 1-NNA), at Adam's default eps and
-// with dropout (seeded per unit), a batch of 7 in units of at most 2 (uneven on every world size). At the same thread count: oneMKL cuts the reduction
-// of the output layer's weight gradient (6 channels) differently at 1 and 2 threads.
+// with dropout (seeded per unit), a batch of 7 in units of at most 2 (uneven on every world size).
+// At the same thread count: torch's CPU kernels reduce some sums per thread (LayerNorm's weight
+// gradient, some GEMMs' in oneMKL), so the bits of a transformer follow the thread count.
 test::Trace deterministic_trace(const Config& c, distributed::Communicator& comm,
                                 const data::Dataset& shapes, const RunOptions& options) {
   Trained t(c, comm, shapes, options);

@@ -17,6 +17,7 @@
 #include "framework/data/import.h"
 #include "framework/even_slice.h"
 #include "framework/memory.h"
+#include "framework/metrics.h"
 #include "framework/run.h"
 
 namespace tessera::models::diffusion {
@@ -246,17 +247,25 @@ DataParallelFamily::MicroBatchLoss DiffusionFamily::shapes_loss(const StepContro
   const torch::Tensor noise = torch::stack(noises).to(device_);
   const torch::Tensor xt = schedule_.add_noise(x0, t, noise);
   phases().lap("data");
-  torch::Tensor per_sample;
+  torch::Tensor per_sample, predicted_f32;
   {
     AutocastScope autocast(control.precision, device_);
     Recompute recompute = recompute_;
     recompute.phases = &phases();  // recomputes charged as "recompute", not "backward"
     const torch::Tensor predicted = model_->forward(xt, t, /*training=*/true, recompute);
-    per_sample = (predicted.to(torch::kFloat32) - noise).pow(2).mean({1, 2});
+    predicted_f32 = predicted.to(torch::kFloat32);
+    per_sample = (predicted_f32 - noise).pow(2).mean({1, 2});
   }
   // The global loss is the mean over the batch: this rank's share is its sum / batch.
   MicroBatchLoss loss;
   loss.loss = per_sample.sum() / static_cast<double>(options_.batch);
+  if (deterministic() && device_.is_cpu()) {  // the value at any thread count
+    const torch::Tensor squared = (predicted_f32 - noise).pow(2).detach();
+    double sum = 0.0;
+    for (int64_t s = 0; s < squared.size(0); ++s)
+      sum += ordered_sum(squared[s]) / static_cast<double>(squared[s].numel());
+    loss.reported = torch::tensor(static_cast<float>(sum / static_cast<double>(options_.batch)));
+  }
   return loss;
 }
 
@@ -286,7 +295,9 @@ EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, 
         torch::randn({kEvalLevels, options_.tokens, kChannels}, gen, torch::kFloat32).to(device_);
     const torch::Tensor predicted =
         model_->forward(schedule_.add_noise(x0, t, noise), t, /*training=*/false);
-    per_item[static_cast<int64_t>(i)] = (predicted - noise).pow(2).mean().item<double>();
+    const torch::Tensor squared = (predicted - noise).pow(2);
+    per_item[static_cast<int64_t>(i)] =
+        ordered_sum(squared) / static_cast<double>(squared.numel());
   }
   per_item = per_item.to(comm_.device());
   comm_.allreduce(per_item, distributed::ReduceOp::Sum);

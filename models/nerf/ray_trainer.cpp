@@ -14,6 +14,7 @@
 #include "framework/autocast.h"
 #include "framework/learning_check.h"
 #include "framework/memory.h"
+#include "framework/metrics.h"
 
 namespace tessera::models::nerf {
 
@@ -161,7 +162,11 @@ DataParallelFamily::MicroBatchLoss RayTrainer::rays_loss(const StepControl& cont
     const RenderResult out = model_.render(micro, ctx);
     samples_ += out.samples;
     rendered_ += out.samples_rendered >= 0 ? out.samples_rendered : out.samples;
-    sq = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2).sum();
+    const torch::Tensor squared = (out.rgb.to(torch::kFloat32) - micro.target_rgb).pow(2);
+    sq = squared.sum();
+    if (deterministic() && device_.is_cpu())  // the value at any thread count
+      loss.reported = torch::tensor(static_cast<float>(
+          ordered_sum(squared) / (3.0 * static_cast<double>(options_.nerf.rays_per_step))));
     if (out.regularization.defined())
       loss.extra = out.regularization.to(torch::kFloat32) /
                    static_cast<double>(options_.nerf.rays_per_step);
