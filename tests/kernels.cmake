@@ -7,7 +7,7 @@ tessera_add_test(test_ray_march SOURCES test_ray_march.cpp LIBS tessera_kernels 
 
 # Google Benchmark binaries: run by hand (build/tests/bench_<op>), not by CTest.
 find_package(benchmark REQUIRED)
-foreach(op volume_render hash_encoding ray_march gaussian_projection gaussian_rasterize)
+foreach(op volume_render hash_encoding ray_march gaussian_projection gaussian_rasterize fixed_point)
   add_executable(bench_${op} bench/bench_${op}.cpp)
   target_link_libraries(bench_${op} PRIVATE
     tessera_kernels benchmark::benchmark benchmark::benchmark_main tessera_options)
