@@ -126,7 +126,8 @@ def section_nerf(raw, cmds, plots, doc_dir, meta):
     tput = {}
     for np_ in (1, 2, 4):
         for r in read_jsonl(os.path.join(raw, f"nerf-np{np_}.jsonl")):
-            if r.get("case") == "throughput":
+            # The float path (a --deterministic bench adds run.deterministic's lines beside it).
+            if r.get("case") == "throughput" and not r.get("deterministic", False):
                 tput.setdefault(r["model"], {})[r["ranks"]] = r["rays_per_s"]
     cpus = int(meta.get("cpus", "0") or 0)
     out += ["### Throughput and scaling over ranks",
