@@ -22,9 +22,12 @@ TESSERA_HD inline uint32_t float_bits(float v) {
 #endif
 }
 
-// Adds v's digits to limbs[0..3]. Returns false (and adds nothing) for a value that cannot be
-// held: not finite, or |v| >= 2^47.
-TESSERA_HD inline bool add(float v, int64_t* limbs) {
+// v's digits: v (rounded to a multiple of 2^-96) = (hi * 2^40 + lo) * 2^(40 limb - 96), both
+// digits signed as v. Returns false for a value that cannot be held (not finite, or
+// |v| >= 2^47); zero and values below 2^-97 give zero digits.
+TESSERA_HD inline bool digits(float v, int& limb, int64_t& lo, int64_t& hi) {
+  limb = 0;
+  lo = hi = 0;
   const uint32_t bits = float_bits(v);
   const int exponent = static_cast<int>((bits >> 23) & 0xFFu);
   if (exponent == 0xFF) return false;  // inf, NaN
@@ -38,17 +41,25 @@ TESSERA_HD inline bool add(float v, int64_t* limbs) {
     p = 0;
   }
   if (p >= 3 * kLimbBits) return false;  // |v| >= 2^47: the high digit would land past limb 3
-  const int limb = p / kLimbBits;
+  limb = p / kLimbBits;
   const uint64_t shifted = m << (p % kLimbBits);  // < 2^63: 24 bits shifted by at most 39
-  const int64_t lo = static_cast<int64_t>(shifted & static_cast<uint64_t>(kLimbMask));
-  const int64_t hi = static_cast<int64_t>(shifted >> kLimbBits);
+  lo = static_cast<int64_t>(shifted & static_cast<uint64_t>(kLimbMask));
+  hi = static_cast<int64_t>(shifted >> kLimbBits);
   if (bits >> 31) {
-    limbs[limb] -= lo;
-    limbs[limb + 1] -= hi;
-  } else {
-    limbs[limb] += lo;
-    limbs[limb + 1] += hi;
+    lo = -lo;
+    hi = -hi;
   }
+  return true;
+}
+
+// Adds v's digits to limbs[0..3]. Returns false (and adds nothing) for a value that cannot be
+// held.
+TESSERA_HD inline bool add(float v, int64_t* limbs) {
+  int limb;
+  int64_t lo, hi;
+  if (!digits(v, limb, lo, hi)) return false;
+  limbs[limb] += lo;
+  limbs[limb + 1] += hi;
   return true;
 }
 

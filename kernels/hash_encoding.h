@@ -77,8 +77,11 @@ at::Tensor hash_encoding(const at::Tensor& positions,   // [N, 3]
 //   CPU: forward parallel over points; backward parallel over levels (each level owns a disjoint
 //   slice of the table) and serial over points within a level, so every row is summed in point
 //   order: v_embeddings is bitwise the same for any thread count.
-//   CUDA: one thread per (point, level); backward uses float atomicAdd, so sums into a row are
-//   reassociated from run to run (equal up to float rounding, not bitwise).
+//   CUDA: one thread per (point, level); backward adds each contribution into the row in fixed
+//   point with integer atomicAdd (kernels/fixed_point.h), exact whatever the order the atomics
+//   land in, then reads the table back as float: bitwise the same from run to run (not the CPU's
+//   bits: the CPU sums in float, in point order). A contribution that is not finite or of 2^47
+//   or more makes the whole gradient NaN.
 namespace cpu {
 at::Tensor hash_encoding_fwd(
     // forward inputs

@@ -1,6 +1,8 @@
-// CUDA hash_encoding_fwd / hash_encoding_bwd: one thread per (point, level), as in instant-ngp;
-// backward scatters into the table with float atomicAdd. The cell, row and weight math is
-// kernels/hash_grid_math.h, shared with the CPU.
+// CUDA hash_encoding_fwd / hash_encoding_bwd: one thread per (point, level), as in instant-ngp.
+// Backward scatters into the table in fixed point with integer atomicAdd (kernels/fixed_point.h:
+// each contribution rounded by itself, the sums exact), then reads the table back as float:
+// the same bits from run to run, whatever order the atomics land in. The cell, row and weight
+// math is kernels/hash_grid_math.h, shared with the CPU.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -10,6 +12,11 @@
 
 #include <type_traits>
 
+#include <algorithm>
+#include <limits>
+
+#include "kernels/fixed_point.h"
+#include "kernels/fixed_point_math.h"
 #include "kernels/hash_encoding.h"
 #include "kernels/hash_grid_math.h"
 
@@ -83,31 +90,49 @@ __global__ void hash_encoding_fwd_kernel(int64_t num_points, int64_t num_levels,
   }
 }
 
-// v_embeddings must be zeroed. Sums into a row are in atomic arrival order.
+// Adds contribution v to the fixed-point row `limbs` [4] with integer atomics (exact, so the
+// order of arrival cannot change the sum); counts a value that cannot be held in *bad.
+__device__ inline void atomic_add_fixed(float v, unsigned long long* limbs,
+                                        unsigned long long* bad) {
+  int limb;
+  int64_t lo, hi;
+  if (!fixed_point::digits(v, limb, lo, hi)) {
+    atomicAdd(bad, 1ull);
+    return;
+  }
+  // Two's complement: adding a negative digit as an unsigned wraps to the signed sum.
+  if (lo != 0) atomicAdd(limbs + limb, static_cast<unsigned long long>(lo));
+  if (hi != 0) atomicAdd(limbs + limb + 1, static_cast<unsigned long long>(hi));
+}
+
+// v_limbs [L * T * F, 4] must be zeroed.
 template <int kF>
 __global__ void hash_encoding_bwd_kernel(int64_t num_points, int64_t num_levels,
                                          int64_t table_size, int64_t features, Levels levels,
                                          const float* __restrict__ positions,  // [N, 3]
                                          const float* __restrict__ v_encoded,  // [N, L * F]
-                                         float* __restrict__ v_embeddings) {   // [L, T, F]
+                                         unsigned long long* __restrict__ v_limbs,
+                                         unsigned long long* __restrict__ bad) {
   const int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t l = blockIdx.y;
   if (n >= num_points) return;
   const int64_t F = kF > 0 ? kF : features;
   const Cell c = cell_of(positions + 3 * n, levels.resolution[l]);
   const bool dense = (levels.dense_bits >> l) & 1u;
-  float* table = v_embeddings + l * table_size * F;
+  unsigned long long* table = v_limbs + l * table_size * F * kFixedPointLimbs;
   const float* g = v_encoded + (n * num_levels + l) * F;
   for (uint32_t k = 0; k < 8; ++k) {
     uint32_t row;
     float w;
     vertex(c, k, levels.stride[l], dense, levels.mask, row, w);
-    float* v = table + static_cast<int64_t>(row) * F;
+    unsigned long long* v = table + static_cast<int64_t>(row) * F * kFixedPointLimbs;
     if constexpr (kF > 0) {
 #pragma unroll
-      for (int f = 0; f < kF; ++f) atomicAdd(v + f, __fmul_rn(w, g[f]));
+      for (int f = 0; f < kF; ++f)
+        atomic_add_fixed(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
     } else {
-      for (int64_t f = 0; f < F; ++f) atomicAdd(v + f, __fmul_rn(w, g[f]));
+      for (int64_t f = 0; f < F; ++f)
+        atomic_add_fixed(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
     }
   }
 }
@@ -130,15 +155,19 @@ void launch_fwd(const at::Tensor& positions, const at::Tensor& embeddings,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Points [first, first + count) of the backward: each adds at most once per row and feature, so
+// a launch of at most 2^22 points stays within the limbs' headroom (kernels/fixed_point.h).
 template <int kF>
 void launch_bwd(const at::Tensor& positions, const Levels& levels, int64_t num_levels,
                 int64_t table_size, int64_t features, const at::Tensor& v_encoded,
-                const at::Tensor& v_embeddings, cudaStream_t stream) {
-  const int64_t num_points = positions.size(0);
-  if (num_points == 0) return;
-  hash_encoding_bwd_kernel<kF><<<grid_for(num_points, num_levels), kThreadsPerBlock, 0, stream>>>(
-      num_points, num_levels, table_size, features, levels, positions.data_ptr<float>(),
-      v_encoded.data_ptr<float>(), v_embeddings.data_ptr<float>());
+                at::Tensor& v_limbs, at::Tensor& bad, int64_t first, int64_t count,
+                cudaStream_t stream) {
+  if (count == 0) return;
+  hash_encoding_bwd_kernel<kF><<<grid_for(count, num_levels), kThreadsPerBlock, 0, stream>>>(
+      count, num_levels, table_size, features, levels, positions.data_ptr<float>() + 3 * first,
+      v_encoded.data_ptr<float>() + first * num_levels * features,
+      reinterpret_cast<unsigned long long*>(v_limbs.data_ptr<int64_t>()),
+      reinterpret_cast<unsigned long long*>(bad.data_ptr<int64_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -179,14 +208,26 @@ at::Tensor hash_encoding_bwd(const at::Tensor& positions,
                   grad.size(1) == num_levels * features_per_level,
               "hash_encoding_bwd: v_encoded must be [N, L * F] = [", pos.size(0), ", ",
               num_levels * features_per_level, "], got ", grad.sizes());
-  at::Tensor v_embeddings =
-      at::zeros({num_levels, table_size, features_per_level}, grad.options());
+  const int64_t rows = num_levels * table_size * features_per_level;
+  at::Tensor v_limbs = at::zeros({rows, kFixedPointLimbs}, grad.options().dtype(at::kLong));
+  at::Tensor bad = at::zeros({1}, v_limbs.options());
   const Levels device = device_levels(levels, table_size);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  dispatch_features(features_per_level, [&](auto kF) {
-    launch_bwd<decltype(kF)::value>(pos, device, num_levels, table_size, features_per_level, grad,
-                                    v_embeddings, stream);
-  });
+  constexpr int64_t kPointsPerLaunch = int64_t{1} << 22;  // the limbs' headroom
+  for (int64_t first = 0; first < pos.size(0); first += kPointsPerLaunch) {
+    const int64_t count = std::min(kPointsPerLaunch, pos.size(0) - first);
+    dispatch_features(features_per_level, [&](auto kF) {
+      launch_bwd<decltype(kF)::value>(pos, device, num_levels, table_size, features_per_level,
+                                      grad, v_limbs, bad, first, count, stream);
+    });
+    fixed_point_normalize(v_limbs);
+  }
+  at::Tensor v_embeddings = fixed_point_to_float(v_limbs, at::kFloat)
+                                .view({num_levels, table_size, features_per_level})
+                                .detach();  // not a view: it may become the table's grad
+  // A contribution that could not be held (not finite, or >= 2^47) makes the gradient NaN, as a
+  // float sum with it would be non-finite: the run's non-finite policy skips the step.
+  v_embeddings.masked_fill_(bad.gt(0), std::numeric_limits<float>::quiet_NaN());
   return v_embeddings;
 }
 
