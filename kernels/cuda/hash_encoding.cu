@@ -155,8 +155,8 @@ void launch_fwd(const at::Tensor& positions, const at::Tensor& embeddings,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Points [first, first + count) of the backward: each adds at most once per row and feature, so
-// a launch of at most 2^22 points stays within the limbs' headroom (kernels/fixed_point.h).
+// Points [first, first + count) of the backward (a launch of at most 2^19 points stays within
+// the limbs' headroom, kernels/fixed_point.h).
 template <int kF>
 void launch_bwd(const at::Tensor& positions, const Levels& levels, int64_t num_levels,
                 int64_t table_size, int64_t features, const at::Tensor& v_encoded,
@@ -213,7 +213,9 @@ at::Tensor hash_encoding_bwd(const at::Tensor& positions,
   at::Tensor bad = at::zeros({1}, v_limbs.options());
   const Levels device = device_levels(levels, table_size);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  constexpr int64_t kPointsPerLaunch = int64_t{1} << 22;  // the limbs' headroom
+  // The limbs' headroom: a point adds to a row at most 8 times (its 8 vertices may hash to one
+  // row), so 2^19 points add at most 2^22 times to any row between two normalizations.
+  constexpr int64_t kPointsPerLaunch = int64_t{1} << 19;
   for (int64_t first = 0; first < pos.size(0); first += kPointsPerLaunch) {
     const int64_t count = std::min(kPointsPerLaunch, pos.size(0) - first);
     dispatch_features(features_per_level, [&](auto kF) {
