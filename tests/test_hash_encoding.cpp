@@ -386,17 +386,18 @@ TEST(HashEncodingCuda, MatchesCpuForwardAndBackward) {
 }
 
 // Two backward passes over the same inputs give the same bits: the table's rows are summed in
-// fixed point with integer atomics, so the order the threads' adds land in cannot show. 200k
-// points on the default grid: the coarse levels' rows each take thousands of contributions.
+// fixed point with integer atomics, so the order the threads' adds land in cannot show. 600k
+// points on the default grid (two launches of 2^19 points): the coarse levels' rows each take
+// thousands of contributions.
 TEST(HashEncodingCuda, BackwardIsBitwiseRepeatable) {
   TESSERA_SKIP_UNLESS_CUDA_KERNELS();
   const torch::Device device(torch::kCUDA, 0);
   const HashEncodingConfig c = make_config(16, 2, 19, 16, 2.0);
   const torch::Tensor table = random_table(c, 501, device);
   torch::manual_seed(502);
-  const torch::Tensor positions = torch::rand({200000, 3}).to(device);
+  const torch::Tensor positions = torch::rand({600000, 3}).to(device);
   const torch::Tensor cotangent =
-      torch::randn({200000, int64_t{c.levels} * c.features_per_level}).to(device);
+      torch::randn({600000, int64_t{c.levels} * c.features_per_level}).to(device);
   const auto [out_a, grad_a] = run_with_grad(op_encoding, positions, table, c, cotangent);
   const auto [out_b, grad_b] = run_with_grad(op_encoding, positions, table, c, cotangent);
   EXPECT_TRUE(torch::equal(out_a, out_b));
