@@ -63,6 +63,22 @@ TESSERA_HD inline bool add(float v, int64_t* limbs) {
   return true;
 }
 
+#ifdef __CUDACC__
+// Adds v to the fixed-point row `limbs` [4] with integer atomics (exact, so the order in which
+// threads' adds land cannot change the sum); counts a value that cannot be held in *bad.
+// Two's complement: a negative digit added as an unsigned wraps to the signed sum.
+__device__ inline void atomic_add(float v, unsigned long long* limbs, unsigned long long* bad) {
+  int limb;
+  int64_t lo, hi;
+  if (!digits(v, limb, lo, hi)) {
+    atomicAdd(bad, 1ull);
+    return;
+  }
+  if (lo != 0) atomicAdd(limbs + limb, static_cast<unsigned long long>(lo));
+  if (hi != 0) atomicAdd(limbs + limb + 1, static_cast<unsigned long long>(hi));
+}
+#endif
+
 // Limbs 0..2 into [0, 2^40), the carries into limb 3.
 TESSERA_HD inline void normalize(int64_t* limbs) {
   int64_t carry = 0;

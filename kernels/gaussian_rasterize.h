@@ -110,7 +110,8 @@ RasterizeGrads rasterize_gaussians_bwd(
 namespace cuda {
 // Defined only in builds with CUDA (TESSERA_WITH_CUDA). One block of tile_size x tile_size
 // threads per tile (tile_size <= 32), Gaussians staged through shared memory in batches; the
-// backward adds per-Gaussian gradients with atomicAdd (equal to the CPU up to reassociation).
+// backward adds per-Gaussian gradients with integer atomicAdd in fixed point (float32: bitwise
+// from run to run; float64: float atomicAdd), equal to the CPU up to reassociation.
 RasterizeOutput rasterize_gaussians_fwd(
     // forward inputs
     const at::Tensor& means2d,       // [N, 2]

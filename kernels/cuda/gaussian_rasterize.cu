@@ -1,5 +1,7 @@
 // CUDA rasterize_gaussians_fwd / _bwd: one block per tile, one thread per pixel, the tile's
-// Gaussians staged through shared memory in batches (as in INRIA 3DGS and gsplat).
+// Gaussians staged through shared memory in batches (as in INRIA 3DGS and gsplat). In float32 the
+// backward adds each warp's sum into fixed point with integer atomics (kernels/fixed_point.h),
+// so the gradients are the same bits from run to run; float64 adds with float atomics.
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -8,6 +10,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/fixed_point.h"
+#include "kernels/fixed_point_math.h"
 #include "kernels/gaussian_raster_math.h"
 #include "kernels/gaussian_rasterize.h"
 #include "kernels/tensor_args.h"
@@ -143,18 +151,38 @@ __global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_fwd_ker
   out_transmittance[pix] = transmittance;
 }
 
-// Sums `value` over the warp when the block is made of whole warps (uniform), and lets lane 0
-// add it; otherwise every thread adds its own value.
+// Where the backward's sums go: float atomics into the gradient tensors, or (limbs set) fixed
+// point, gradient element `slot` at limbs + 4 slot.
+struct FixedOut {
+  unsigned long long* limbs = nullptr;
+  unsigned long long* bad = nullptr;
+};
+
 template <typename scalar_t>
-__device__ __forceinline__ void add_reduced(scalar_t* target, scalar_t value, bool whole_warps,
-                                            bool any_in_warp) {
+__device__ __forceinline__ void atomic_to(scalar_t* target, int64_t slot, scalar_t value,
+                                          const FixedOut& fixed) {
+  if constexpr (std::is_same<scalar_t, float>::value) {
+    if (fixed.limbs) {
+      fixed_point::atomic_add(value, fixed.limbs + slot * kFixedPointLimbs, fixed.bad);
+      return;
+    }
+  }
+  atomicAdd(target, value);
+}
+
+// Sums `value` over the warp when the block is made of whole warps (uniform; the shuffles' order
+// is fixed), and lets lane 0 add it; otherwise every thread adds its own value.
+template <typename scalar_t>
+__device__ __forceinline__ void add_reduced(scalar_t* target, int64_t slot, scalar_t value,
+                                            bool whole_warps, bool any_in_warp,
+                                            const FixedOut& fixed) {
   if (whole_warps) {
     for (int offset = 16; offset > 0; offset /= 2)
       value += __shfl_down_sync(0xffffffffu, value, offset);
     if ((threadIdx.x + threadIdx.y * blockDim.x) % 32 == 0 && any_in_warp)
-      atomicAdd(target, value);
+      atomic_to(target, slot, value, fixed);
   } else if (value != scalar_t(0)) {
-    atomicAdd(target, value);
+    atomic_to(target, slot, value, fixed);
   }
 }
 
@@ -181,7 +209,8 @@ __global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_bwd_ker
     scalar_t* __restrict__ v_conics,             // [N, 3]
     scalar_t* __restrict__ v_colors_out,         // [N, C]
     scalar_t* __restrict__ v_opacities,          // [N]
-    scalar_t* __restrict__ v_background) {       // [C] or null
+    scalar_t* __restrict__ v_background,         // [C] or null
+    int64_t num_gaussians, FixedOut fixed) {     // fixed: slots means, conics, colors, opacities, background
   extern __shared__ __align__(16) unsigned char smem[];
   Staged<scalar_t> staged(smem, batch);
   const int64_t tile = blockIdx.y * tiles_x + blockIdx.x;
@@ -217,7 +246,8 @@ __global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_bwd_ker
     if (background) {
       bg_dot += vc * background[ch];
       if (v_background)
-        add_reduced(v_background + ch, t_final * vc, whole_warps, true);
+        add_reduced(v_background + ch, (6 + channels_) * num_gaussians + ch, t_final * vc,
+                    whole_warps, true, fixed);
     }
   }
   scalar_t t = t_final;
@@ -262,17 +292,20 @@ __global__ void __launch_bounds__(kMaxTileSize * kMaxTileSize) rasterize_bwd_ker
                                           staged.v[4 * batch + q], staged.v[5 * batch + q],
                                           v_alpha);
       }
-      add_reduced(v_means + 2 * g, pg.v_mx, whole_warps, any);
-      add_reduced(v_means + 2 * g + 1, pg.v_my, whole_warps, any);
-      add_reduced(v_conics + 3 * g, pg.v_a, whole_warps, any);
-      add_reduced(v_conics + 3 * g + 1, pg.v_b, whole_warps, any);
-      add_reduced(v_conics + 3 * g + 2, pg.v_c, whole_warps, any);
-      add_reduced(v_opacities + g, pg.v_opacity, whole_warps, any);
+      const int64_t N = num_gaussians;
+      add_reduced(v_means + 2 * g, 2 * g, pg.v_mx, whole_warps, any, fixed);
+      add_reduced(v_means + 2 * g + 1, 2 * g + 1, pg.v_my, whole_warps, any, fixed);
+      add_reduced(v_conics + 3 * g, 2 * N + 3 * g, pg.v_a, whole_warps, any, fixed);
+      add_reduced(v_conics + 3 * g + 1, 2 * N + 3 * g + 1, pg.v_b, whole_warps, any, fixed);
+      add_reduced(v_conics + 3 * g + 2, 2 * N + 3 * g + 2, pg.v_c, whole_warps, any, fixed);
+      add_reduced(v_opacities + g, (5 + channels_) * N + g, pg.v_opacity, whole_warps, any,
+                  fixed);
       const scalar_t w = valid ? t * p.alpha : scalar_t(0);
       for (int64_t ch = 0; ch < channels_; ++ch) {
         const scalar_t vc = kChans > 0 ? v_c[ch < kRegs ? ch : 0]
                                        : (inside && v_colors ? v_colors[pix * channels_ + ch] : 0);
-        add_reduced(v_colors_out + g * channels_ + ch, w * vc, whole_warps, any);
+        add_reduced(v_colors_out + g * channels_ + ch, 5 * N + g * channels_ + ch, w * vc,
+                    whole_warps, any, fixed);
       }
     }
   }
@@ -377,6 +410,21 @@ RasterizeGrads rasterize_gaussians_bwd(
   const dim3 blocks(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   const dim3 threads(static_cast<unsigned>(tile_size), static_cast<unsigned>(tile_size));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // float32: fixed point, when every gradient element takes at most 2^22 adds (the limbs'
+  // headroom): at most one a warp and pixel group, so always with whole warps and otherwise up
+  // to 2^22 pixels.
+  const bool whole_warps = (tile_size * tile_size) % 32 == 0;
+  const bool fixed = m.scalar_type() == at::kFloat &&
+                     (whole_warps || width * height <= (int64_t{1} << 22));
+  const int64_t slots = (6 + channels) * n + channels;
+  at::Tensor limbs, bad;
+  FixedOut out;
+  if (fixed) {
+    limbs = at::zeros({slots, kFixedPointLimbs}, options.dtype(at::kLong));
+    bad = at::zeros({1}, limbs.options());
+    out.limbs = reinterpret_cast<unsigned long long*>(limbs.data_ptr<int64_t>());
+    out.bad = reinterpret_cast<unsigned long long*>(bad.data_ptr<int64_t>());
+  }
   AT_DISPATCH_FLOATING_TYPES(m.scalar_type(), "rasterize_gaussians_bwd_cuda", [&] {
     dispatch_channels(channels, [&](auto chans) {
       rasterize_bwd_kernel<scalar_t, decltype(chans)::value>
@@ -389,10 +437,22 @@ RasterizeGrads rasterize_gaussians_bwd(
               generic ? scratch.data_ptr<scalar_t>() : nullptr,
               grads.v_means2d.data_ptr<scalar_t>(), grads.v_conics.data_ptr<scalar_t>(),
               grads.v_colors.data_ptr<scalar_t>(), grads.v_opacities.data_ptr<scalar_t>(),
-              bg.defined() ? grads.v_background.data_ptr<scalar_t>() : nullptr);
+              bg.defined() ? grads.v_background.data_ptr<scalar_t>() : nullptr, n, out);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
+  if (fixed) {
+    fixed_point_normalize(limbs);
+    at::Tensor all = fixed_point_to_float(limbs, at::kFloat);
+    // A value that could not be held makes the gradients NaN, as a float sum with it would be
+    // non-finite: the run's non-finite policy skips the step.
+    all.masked_fill_(bad.gt(0), std::numeric_limits<float>::quiet_NaN());
+    grads.v_means2d.copy_(all.narrow(0, 0, 2 * n).view({n, 2}));
+    grads.v_conics.copy_(all.narrow(0, 2 * n, 3 * n).view({n, 3}));
+    grads.v_colors.copy_(all.narrow(0, 5 * n, channels * n).view({n, channels}));
+    grads.v_opacities.copy_(all.narrow(0, (5 + channels) * n, n));
+    if (bg.defined()) grads.v_background.copy_(all.narrow(0, (6 + channels) * n, channels));
+  }
   return grads;
 }
 

@@ -90,21 +90,6 @@ __global__ void hash_encoding_fwd_kernel(int64_t num_points, int64_t num_levels,
   }
 }
 
-// Adds contribution v to the fixed-point row `limbs` [4] with integer atomics (exact, so the
-// order of arrival cannot change the sum); counts a value that cannot be held in *bad.
-__device__ inline void atomic_add_fixed(float v, unsigned long long* limbs,
-                                        unsigned long long* bad) {
-  int limb;
-  int64_t lo, hi;
-  if (!fixed_point::digits(v, limb, lo, hi)) {
-    atomicAdd(bad, 1ull);
-    return;
-  }
-  // Two's complement: adding a negative digit as an unsigned wraps to the signed sum.
-  if (lo != 0) atomicAdd(limbs + limb, static_cast<unsigned long long>(lo));
-  if (hi != 0) atomicAdd(limbs + limb + 1, static_cast<unsigned long long>(hi));
-}
-
 // v_limbs [L * T * F, 4] must be zeroed.
 template <int kF>
 __global__ void hash_encoding_bwd_kernel(int64_t num_points, int64_t num_levels,
@@ -129,10 +114,10 @@ __global__ void hash_encoding_bwd_kernel(int64_t num_points, int64_t num_levels,
     if constexpr (kF > 0) {
 #pragma unroll
       for (int f = 0; f < kF; ++f)
-        atomic_add_fixed(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
+        fixed_point::atomic_add(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
     } else {
       for (int64_t f = 0; f < F; ++f)
-        atomic_add_fixed(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
+        fixed_point::atomic_add(__fmul_rn(w, g[f]), v + f * kFixedPointLimbs, bad);
     }
   }
 }
