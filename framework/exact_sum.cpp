@@ -1,7 +1,5 @@
 #include "framework/exact_sum.h"
 
-#include <limits>
-
 #include "kernels/fixed_point.h"
 
 namespace tessera {
@@ -34,15 +32,23 @@ void ExactSum::count_addition() {
   additions_ = 1;
 }
 
+int64_t ExactSum::elements(size_t index) const {
+  return index + 1 < offsets_.size() ? offsets_[index + 1] - offsets_[index]
+                                     : rows_ - offsets_[index];
+}
+
+torch::Tensor ExactSum::bad_count(size_t index) {
+  return limbs_[rows_ + static_cast<int64_t>(index)].narrow(0, 0, 1);
+}
+
 void ExactSum::add(size_t index, const torch::Tensor& value) {
   if (!value.defined()) return;
-  const int64_t n = index + 1 < offsets_.size() ? offsets_[index + 1] - offsets_[index]
-                                                : rows_ - offsets_[index];
+  const int64_t n = elements(index);
   TORCH_CHECK(value.numel() == n, "ExactSum::add: sum ", index, " holds ", n, " elements, got ",
               value.numel());
   count_addition();
   torch::Tensor rows = limbs_.narrow(0, offsets_[index], n);
-  torch::Tensor bad = limbs_[rows_ + static_cast<int64_t>(index)].narrow(0, 0, 1);
+  torch::Tensor bad = bad_count(index);
   kernels::fixed_point_add(rows, value.to(limbs_.device(), torch::kFloat32), bad);
 }
 
@@ -57,15 +63,13 @@ void ExactSum::allreduce(distributed::Communicator& comm) {
 }
 
 torch::Tensor ExactSum::value(size_t index, torch::ScalarType dtype) {
-  const int64_t n = index + 1 < offsets_.size() ? offsets_[index + 1] - offsets_[index]
-                                                : rows_ - offsets_[index];
-  torch::Tensor out = kernels::fixed_point_to_float(limbs_.narrow(0, offsets_[index], n), dtype)
-                          .view(shapes_[index])
-                          .detach();  // a grad may not be a view in autograd's sense (its
-                                      // storage is the fresh read-back buffer's, private)
-  const int64_t bad = limbs_[rows_ + static_cast<int64_t>(index)][0].item<int64_t>();
-  if (bad != 0) out.fill_(std::numeric_limits<double>::quiet_NaN());
-  return out;
+  // NaN when a value could not be held; no host sync, so a CUDA step reads every parameter's
+  // sum without waiting. detach(): a grad may not be a view in autograd's sense (its storage is
+  // the fresh read-back buffer's, private).
+  return kernels::fixed_point_to_float(limbs_.narrow(0, offsets_[index], elements(index)), dtype,
+                                       bad_count(index))
+      .view(shapes_[index])
+      .detach();
 }
 
 }  // namespace tessera

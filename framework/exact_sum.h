@@ -33,6 +33,8 @@ class ExactSum {
 
  private:
   void count_addition();
+  int64_t elements(size_t index) const;  // of sum `index`
+  torch::Tensor bad_count(size_t index);  // int64 [1], a view of limbs_
 
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> offsets_;  // first row of each sum in limbs_

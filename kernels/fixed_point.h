@@ -28,8 +28,11 @@ void fixed_point_add(at::Tensor& acc, const at::Tensor& values, at::Tensor& bad)
 void fixed_point_normalize(at::Tensor& acc);
 // acc (normalized or not; it is not modified) -> float [n] of `dtype` (float32 or float64): the
 // exact value summed limb by limb in float64 (so within an ulp or two of the nearest, not always
-// the nearest), the same bits for the same exact value.
-at::Tensor fixed_point_to_float(const at::Tensor& acc, at::ScalarType dtype);
+// the nearest), the same bits for the same exact value. With `bad` (the count fixed_point_add
+// kept, on acc's device): all NaN when it is not 0, as a float sum with a non-finite or
+// too-large value would be non-finite, so that a run's non-finite policy sees it. No host sync.
+at::Tensor fixed_point_to_float(const at::Tensor& acc, at::ScalarType dtype,
+                                const at::Tensor& bad = {});
 
 namespace cpu {
 void fixed_point_add(at::Tensor& acc, const at::Tensor& values, at::Tensor& bad);

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 
 #include <atomic>
+#include <limits>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/device_dispatch.h"
@@ -83,10 +84,13 @@ void fixed_point_normalize(at::Tensor& acc) {
             [&] { cuda::fixed_point_normalize(acc); });
 }
 
-at::Tensor fixed_point_to_float(const at::Tensor& acc, at::ScalarType dtype) {
-  return on_device("fixed_point_to_float", acc,
-                   [&] { return cpu::fixed_point_to_float(acc, dtype); },
-                   [&] { return cuda::fixed_point_to_float(acc, dtype); });
+at::Tensor fixed_point_to_float(const at::Tensor& acc, at::ScalarType dtype,
+                                const at::Tensor& bad) {
+  at::Tensor out = on_device("fixed_point_to_float", acc,
+                             [&] { return cpu::fixed_point_to_float(acc, dtype); },
+                             [&] { return cuda::fixed_point_to_float(acc, dtype); });
+  if (bad.defined()) out.masked_fill_(bad.reshape({1}).gt(0), std::numeric_limits<double>::quiet_NaN());
+  return out;
 }
 
 }  // namespace tessera::kernels

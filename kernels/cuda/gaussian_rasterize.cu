@@ -11,7 +11,6 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
-#include <limits>
 #include <type_traits>
 
 #include "kernels/fixed_point.h"
@@ -443,10 +442,8 @@ RasterizeGrads rasterize_gaussians_bwd(
   });
   if (fixed) {
     fixed_point_normalize(limbs);
-    at::Tensor all = fixed_point_to_float(limbs, at::kFloat);
-    // A value that could not be held makes the gradients NaN, as a float sum with it would be
-    // non-finite: the run's non-finite policy skips the step.
-    all.masked_fill_(bad.gt(0), std::numeric_limits<float>::quiet_NaN());
+    // NaN when a value could not be held (not finite, or >= 2^47).
+    const at::Tensor all = kernels::fixed_point_to_float(limbs, at::kFloat, bad);
     grads.v_means2d.copy_(all.narrow(0, 0, 2 * n).view({n, 2}));
     grads.v_conics.copy_(all.narrow(0, 2 * n, 3 * n).view({n, 3}));
     grads.v_colors.copy_(all.narrow(0, 5 * n, channels * n).view({n, channels}));

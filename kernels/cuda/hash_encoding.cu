@@ -13,7 +13,6 @@
 #include <type_traits>
 
 #include <algorithm>
-#include <limits>
 
 #include "kernels/fixed_point.h"
 #include "kernels/fixed_point_math.h"
@@ -209,13 +208,10 @@ at::Tensor hash_encoding_bwd(const at::Tensor& positions,
     });
     fixed_point_normalize(v_limbs);
   }
-  at::Tensor v_embeddings = fixed_point_to_float(v_limbs, at::kFloat)
-                                .view({num_levels, table_size, features_per_level})
-                                .detach();  // not a view: it may become the table's grad
-  // A contribution that could not be held (not finite, or >= 2^47) makes the gradient NaN, as a
-  // float sum with it would be non-finite: the run's non-finite policy skips the step.
-  v_embeddings.masked_fill_(bad.gt(0), std::numeric_limits<float>::quiet_NaN());
-  return v_embeddings;
+  // NaN when a contribution could not be held (not finite, or >= 2^47).
+  return kernels::fixed_point_to_float(v_limbs, at::kFloat, bad)
+      .view({num_levels, table_size, features_per_level})
+      .detach();  // not a view: it may become the table's grad
 }
 
 }  // namespace tessera::kernels::cuda
