@@ -335,9 +335,7 @@ EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, 
 std::pair<int64_t, int64_t> DiffusionFamily::sample_range(int64_t count) const {
   // Whole chunks of kSampleChunk clouds from the first: each cloud is denoised in the same chunk,
   // with the same shapes, at any world size.
-  const int64_t chunks = (count + kSampleChunk - 1) / kSampleChunk;
-  const auto [first, last] = even_slice(chunks, comm_.rank(), comm_.size());
-  return {std::min(count, first * kSampleChunk), std::min(count, last * kSampleChunk)};
+  return chunk_slice(count, kSampleChunk, comm_.rank(), comm_.size());
 }
 
 torch::Tensor DiffusionFamily::draw_samples(int64_t count, int64_t steps, Sampler sampler,

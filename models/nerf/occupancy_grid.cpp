@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "framework/even_slice.h"
 #include "models/nerf/nerf_common.h"
 
 namespace tessera::models::nerf {
@@ -80,10 +81,8 @@ void OccupancyGrid::update(const DensityFn& density, uint64_t seed, int64_t step
   } else {
     // Whole chunks per rank (the chunks of the one-rank update): each cell is evaluated in the
     // same chunk, with the same shapes, at any world size.
-    const int64_t c = num_cells(), r = comm->rank(), n = comm->size();
-    const int64_t chunks = (c + options_.chunk - 1) / options_.chunk;
-    const int64_t begin = std::min(c, r * chunks / n * options_.chunk);
-    const int64_t end = std::min(c, (r + 1) * chunks / n * options_.chunk);
+    const int64_t c = num_cells();
+    const auto [begin, end] = chunk_slice(c, options_.chunk, comm->rank(), comm->size());
     const auto mine = evaluate(density, positions.slice(0, begin, end));
     fresh = comm->allgatherv(mine.to(comm->device())).to(device_);
     if (fresh.size(0) != c) throw std::runtime_error("occupancy grid: allgatherv size mismatch");

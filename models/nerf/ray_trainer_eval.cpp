@@ -1,5 +1,6 @@
-// The ray family's eval: renders views with their pixels split across ranks in fixed chunks (allgatherv assembles
-// the image on every rank) and scores PSNR/SSIM against the dataset image.
+// The ray family's eval: renders views with their pixels split across ranks in fixed chunks
+// (allgatherv assembles the image on every rank) and scores PSNR/SSIM against the dataset image.
+#include "framework/even_slice.h"
 #include "framework/metrics.h"
 #include "models/nerf/ray_trainer.h"
 
@@ -34,9 +35,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   // eval_chunk_rays whatever the world size, so each pixel is rendered in the same chunk, with
   // the same shapes, on any number of ranks.
   const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
-  const int64_t chunks = (h * w + chunk - 1) / chunk;
-  const int64_t first = std::min(h * w, chunks * comm_.rank() / comm_.size() * chunk);
-  const int64_t last = std::min(h * w, chunks * (comm_.rank() + 1) / comm_.size() * chunk);
+  const auto [first, last] = chunk_slice(h * w, chunk, comm_.rank(), comm_.size());
   const int64_t n = last - first;
   const torch::Tensor pix = torch::arange(first, last, torch::kInt64);
   const torch::Tensor y = pix.div(w, "floor"), x = pix - y * w;
