@@ -4,11 +4,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "distributed/errors.h"
 #include "framework/adam_state.h"
 #include "framework/even_slice.h"
 #include "framework/fused_adam.h"
 #include "framework/micro_batch.h"
+#include "framework/thread_invariance.h"
 
 namespace tessera {
 
@@ -45,6 +48,20 @@ void DataParallelFamily::init_optimizer(const std::vector<std::vector<torch::Ten
                  "keep every rank busy (a unit's size changes the run's bits, the world size "
                  "does not)",
                  units, world_.size(), world_.size() - units);
+  // oneMKL splits some GEMMs' sums over its threads (framework/thread_invariance.h): this
+  // family's GEMMs, its steps' and its evals', run on one from here on.
+  if (device_.is_cpu()) one_blas_thread_ = std::make_unique<SingleThreadedBlas>();
+  if (device_.is_cpu() && world_.rank() == 0) {
+    if (!SingleThreadedBlas::available())
+      spdlog::warn("run.deterministic: torch's BLAS is not oneMKL, whose GEMMs the bitwise path "
+                   "runs on one thread; the run's bits may also depend on distributed.threads");
+    else if (blas_mode() == BlasMode::NotReproducible)
+      spdlog::warn("run.deterministic: oneMKL runs without a reproducible mode (MKL_CBWR={}), so "
+                   "a GEMM's bits may depend on where its operands lie in memory, which differs "
+                   "between ranks; unset MKL_CBWR (tessera then sets {})",
+                   std::getenv("MKL_CBWR") != nullptr ? std::getenv("MKL_CBWR") : "unset",
+                   kMklReproducibleMode);
+  }
   std::vector<std::vector<int64_t>> shapes;
   for (const torch::Tensor& p : params_) {
     if (p.scalar_type() != torch::kFloat32)

@@ -17,6 +17,7 @@
 #include "framework/exact_sum.h"
 #include "framework/family.h"
 #include "framework/phase_timer.h"
+#include "framework/thread_invariance.h"
 
 namespace tessera {
 
@@ -103,6 +104,9 @@ class DataParallelFamily : public ModelFamily {
   std::unique_ptr<distributed::GradientSynchronizer> sync_;  // the float path
   bool deterministic_ = false;
   std::unique_ptr<ExactSum> exact_;  // the bitwise path: each parameter's gradient, then the loss
+  // The bitwise path on the CPU: oneMKL on one thread on the constructing thread, for the
+  // family's life (its steps, evals and samples run there).
+  std::unique_ptr<SingleThreadedBlas> one_blas_thread_;
   PhaseTimer phases_;
 
   void units_forward_backward(const StepControl& control, torch::Tensor& loss_sum);

@@ -10,6 +10,7 @@
 #include "distributed/process_context.h"
 #include "framework/log.h"
 #include "framework/memory.h"
+#include "framework/thread_invariance.h"
 #include "launch/commands.h"
 
 namespace {
@@ -87,6 +88,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::request_reproducible_blas();  // before any GEMM
   tessera::retain_freed_host_memory();
   try {
     return run(argc, argv);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "distributed/process_context.h"
+#include "framework/thread_invariance.h"
 #include "tests/mpi_test_env.h"
 
 namespace tessera::test {
@@ -26,6 +27,7 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::request_reproducible_blas();  // before any GEMM, as the tessera binary does
   testing::InitGoogleTest(&argc, argv);
   // Tests must finish well inside this; a hang aborts the job instead of stalling CTest.
   constexpr double kCollectiveTimeoutS = 120.0;

@@ -1,19 +1,24 @@
 // ExactSum (framework/exact_sum.h) and the fixed-point kernels under it (kernels/fixed_point.h),
 // under mpiexec -n 1, 2, 3, 4: the same values added in any order and grouping, on one rank or
 // split across ranks, give the same bits, the exact sum rounded; values it cannot hold make the
-// sum NaN. The families' bitwise runs are tested with them (test_nerf_invariants,
+// sum NaN. And the bitwise path's GEMMs (framework/thread_invariance.h) give the same bits at any
+// thread count. The families' bitwise runs are tested with them (test_nerf_invariants,
 // test_diffusion: "Deterministic*").
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "distributed/communicator.h"
 #include "distributed/mpi_communicator.h"
 #include "framework/exact_sum.h"
+#include "framework/thread_invariance.h"
 #include "kernels/fixed_point.h"
+#include "tests/bitwise_trace.h"
 #include "tests/cuda_skip.h"
 #include "tests/mpi_test_env.h"
 
@@ -80,6 +85,44 @@ TEST(ExactSum, ValuesItCannotHoldMakeTheSumNaN) {
   EXPECT_TRUE(torch::equal(tiny.value(0, torch::kFloat64),
                            torch::tensor({std::ldexp(1.0, -96), 0.0, -std::ldexp(1.0, -96)},
                                          torch::kFloat64)));
+}
+
+// The bitwise path's GEMMs (framework/thread_invariance.h: oneMKL on one thread, in its
+// reproducible mode, as mpi_test_main asks like the tessera binary) give the same bits whatever
+// torch's thread count: a layer's forward and both gradients, at 1 to 4 threads. Without
+// SingleThreadedBlas a weight gradient's GEMM (few outputs, many rows, whose sum oneMKL splits over
+// its threads) differs, strict mode or not.
+TEST(ThreadInvariance, BitwisePathGemmsAreTheSameAtAnyThreadCount) {
+  if (!SingleThreadedBlas::available()) GTEST_SKIP() << "torch's BLAS is not oneMKL";
+  const char* env = std::getenv("MKL_CBWR");
+  EXPECT_EQ(blas_mode(), BlasMode::Reproducible) << "MKL_CBWR=" << (env != nullptr ? env : "unset");
+  struct Shape {
+    int64_t rows, in, out;
+  };
+  const std::vector<Shape> shapes = {{8192, 64, 6}, {8192, 6, 64}, {4093, 37, 5},
+                                     {100000, 32, 16}, {2048, 256, 1024}, {7, 100000, 3}};
+  auto products = [&](int threads) {
+    test::IntraOpThreads pinned(threads);
+    SingleThreadedBlas one_blas_thread;
+    std::vector<torch::Tensor> out;
+    torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    for (const Shape& s : shapes) {
+      const torch::Tensor x = torch::randn({s.rows, s.in}, gen);
+      const torch::Tensor w = torch::randn({s.out, s.in}, gen);
+      const torch::Tensor dy = torch::randn({s.rows, s.out}, gen);
+      out.push_back(torch::linear(x, w));  // forward
+      out.push_back(dy.t().mm(x));         // weight gradient
+      out.push_back(dy.mm(w));             // input gradient
+    }
+    return out;
+  };
+  const std::vector<torch::Tensor> one = products(1);
+  for (int threads = 2; threads <= 4; ++threads) {
+    const std::vector<torch::Tensor> many = products(threads);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_TRUE(torch::equal(one[i], many[i]))
+          << "product " << i % 3 << " of shape " << i / 3 << " at " << threads << " threads";
+  }
 }
 
 // The CUDA kernels give the CPU's bits: the same digits added, the same normalization, the same

@@ -289,7 +289,7 @@ test::Trace train_trace(RayTrainer& trainer) {
   return trace;
 }
 
-// N ranks at 2 threads each equal one rank at 1 thread (over MPI_COMM_SELF, on every rank), bit
+// N ranks at 3 threads each equal one rank at 1 thread (over MPI_COMM_SELF, on every rank), bit
 // for bit: parameters, Adam's moments, each step's loss, samples per ray, eval PSNR and SSIM.
 TEST_P(NerfInvariantsByModel, DeterministicNRanksEqualOneRankBitwise) {
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
@@ -301,7 +301,7 @@ TEST_P(NerfInvariantsByModel, DeterministicNRanksEqualOneRankBitwise) {
     want = train_trace(trainer);
   }
   {
-    test::IntraOpThreads two(2);
+    test::IntraOpThreads three(3);
     auto model = make(GetParam());
     RayTrainer trainer(*test::g_context, world(), *model, *scene_, deterministic_options(true));
     got = train_trace(trainer);
