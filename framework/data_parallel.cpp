@@ -48,20 +48,12 @@ void DataParallelFamily::init_optimizer(const std::vector<std::vector<torch::Ten
                  "keep every rank busy (a unit's size changes the run's bits, the world size "
                  "does not)",
                  units, world_.size(), world_.size() - units);
-  // oneMKL splits some GEMMs' sums over its threads (framework/thread_invariance.h): this
-  // family's GEMMs, its steps' and its evals', run on one from here on.
-  if (device_.is_cpu()) one_blas_thread_ = std::make_unique<SingleThreadedBlas>();
-  if (device_.is_cpu() && world_.rank() == 0) {
-    if (!SingleThreadedBlas::available())
-      spdlog::warn("run.deterministic: torch's BLAS is not oneMKL, whose GEMMs the bitwise path "
-                   "runs on one thread; the run's bits may also depend on distributed.threads");
-    else if (blas_mode() == BlasMode::NotReproducible)
-      spdlog::warn("run.deterministic: oneMKL runs without a reproducible mode (MKL_CBWR={}), so "
-                   "a GEMM's bits may depend on where its operands lie in memory, which differs "
-                   "between ranks; unset MKL_CBWR (tessera then sets {})",
-                   std::getenv("MKL_CBWR") != nullptr ? std::getenv("MKL_CBWR") : "unset",
-                   kMklReproducibleMode);
-  }
+  if (device_.is_cpu() && world_.rank() == 0 && blas_mode() == BlasMode::NotReproducible)
+    spdlog::warn("run.deterministic: oneMKL runs without a reproducible mode (MKL_CBWR={}), so a "
+                 "GEMM's bits may depend on where its operands lie in memory, which differs "
+                 "between ranks; unset MKL_CBWR (tessera then sets {})",
+                 std::getenv("MKL_CBWR") != nullptr ? std::getenv("MKL_CBWR") : "unset",
+                 kMklReproducibleMode);
   std::vector<std::vector<int64_t>> shapes;
   for (const torch::Tensor& p : params_) {
     if (p.scalar_type() != torch::kFloat32)
@@ -78,8 +70,14 @@ DataParallelFamily::MicroBatchLoss DataParallelFamily::unit_loss(const StepContr
   throw UserError("run.deterministic: this model has no work units");
 }
 
+std::optional<TorchOnOneThread> DataParallelFamily::bitwise_threads() const {
+  if (!deterministic_ || !device_.is_cpu()) return std::nullopt;
+  return std::optional<TorchOnOneThread>(std::in_place);
+}
+
 void DataParallelFamily::units_forward_backward(const StepControl& control,
                                                 torch::Tensor& loss_sum) {
+  const auto threads = bitwise_threads();
   const int64_t units = work_units();
   const auto [first, last] = even_slice(units, world_.rank(), world_.size());
   exact_->clear();
@@ -155,6 +153,7 @@ void DataParallelFamily::apply_step(const StepControl& control, bool skipped, St
   if (!skipped) adam_step(*optimizer_);
   optimizer_->zero_grad(/*set_to_none=*/true);
   phases_.lap("optimizer");
+  const auto threads = bitwise_threads();
   after_update(control);
   record.phases = phases_.times();
 }

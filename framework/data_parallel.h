@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "distributed/communicator.h"
@@ -81,6 +82,10 @@ class DataParallelFamily : public ModelFamily {
   // (step, unit, units) only, never of the rank.
   virtual MicroBatchLoss unit_loss(const StepControl& control, int64_t unit, int64_t units);
   bool deterministic() const { return deterministic_; }
+  // The bitwise path on the CPU: torch's ops on one thread while alive (framework/
+  // thread_invariance.h), for a family's evals and samples; empty elsewhere. The step's units and
+  // after_update are already under it.
+  std::optional<TorchOnOneThread> bitwise_threads() const;
   // The world's communicator, for a family's own exact sums (its step metrics).
   distributed::Communicator& world() { return world_; }
 
@@ -104,9 +109,6 @@ class DataParallelFamily : public ModelFamily {
   std::unique_ptr<distributed::GradientSynchronizer> sync_;  // the float path
   bool deterministic_ = false;
   std::unique_ptr<ExactSum> exact_;  // the bitwise path: each parameter's gradient, then the loss
-  // The bitwise path on the CPU: oneMKL on one thread on the constructing thread, for the
-  // family's life (its steps, evals and samples run there).
-  std::unique_ptr<SingleThreadedBlas> one_blas_thread_;
   PhaseTimer phases_;
 
   void units_forward_backward(const StepControl& control, torch::Tensor& loss_sum);

@@ -1,14 +1,15 @@
 #include "framework/thread_invariance.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
+
+#include "kernels/cpu/parallel.h"
 
 namespace tessera {
 
 namespace {
-// oneMKL's C functions under the names torch's statically linked oneMKL exports them (its
-// lower-case mkl_set_num_threads_local there is the Fortran one, which takes a pointer).
+// oneMKL's mkl_cbwr_get, under the name torch's statically linked oneMKL exports it.
 using CbwrGet = int (*)(int);
-using SetThreadsLocal = int (*)(int);
 constexpr int kCbwrAll = ~0;  // MKL_CBWR_ALL: the whole setting
 constexpr int kCbwrOff = 0;   // MKL_CBWR_OFF
 constexpr int kCbwrBranchOff = 1;  // MKL_CBWR_BRANCH_OFF
@@ -18,10 +19,6 @@ F mkl_function(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
 }
 
-SetThreadsLocal set_threads_local() {
-  static const SetThreadsLocal f = mkl_function<SetThreadsLocal>("MKL_Set_Num_Threads_Local");
-  return f;
-}
 }  // namespace
 
 BlasMode blas_mode() {
@@ -33,14 +30,15 @@ BlasMode blas_mode() {
                                                             : BlasMode::Reproducible;
 }
 
-bool SingleThreadedBlas::available() { return set_threads_local() != nullptr; }
-
-SingleThreadedBlas::SingleThreadedBlas() {
-  if (const SetThreadsLocal set = set_threads_local()) previous_ = set(1);
+TorchOnOneThread::TorchOnOneThread()
+    : torch_threads_(at::get_num_threads()), own_loop_threads_(detail::own_loop_threads()) {
+  if (own_loop_threads_ == 0) detail::own_loop_threads() = torch_threads_;
+  at::set_num_threads(1);
 }
 
-SingleThreadedBlas::~SingleThreadedBlas() {
-  if (previous_ >= 0) set_threads_local()(previous_);
+TorchOnOneThread::~TorchOnOneThread() {
+  at::set_num_threads(torch_threads_);
+  detail::own_loop_threads() = own_loop_threads_;
 }
 
 }  // namespace tessera

@@ -1,17 +1,24 @@
 // Bits that do not depend on a rank's thread count (docs/training_loop.md, "Bitwise at any world
-// size"). torch's CPU BLAS, oneMKL, splits the inner sums of some GEMMs (a weight gradient: few
-// outputs, many rows) over its threads, so a GEMM's bits follow the thread count. Its strict
-// conditional-numerical-reproducibility mode (MKL_CBWR=AUTO,STRICT) is meant to prevent that but
-// does not for every shape (a weight gradient of 5 x 37 over 4093 rows differs at 4 threads), so
-// the bitwise path runs its GEMMs on one thread (SingleThreadedBlas); the mode still makes a GEMM's
-// bits independent of its operands' alignment in memory, which differs from rank to rank.
+// size"). torch's CPU ops split their work over the intra-op threads, and some of them then compute
+// different bits:
+// - oneMKL splits the inner sum of some GEMMs (a weight gradient: few outputs, many rows) over its
+//   threads. Its strict conditional numerical reproducibility mode (MKL_CBWR=AUTO,STRICT) is meant
+//   to prevent that but does not for every shape (a weight gradient of 5 x 37 over 4093 rows
+//   differs at 4 threads);
+// - an elementwise op on more than 32768 values is cut into one range per thread, and each range's
+//   last values take the scalar code, whose transcendentals (sigmoid, softplus, silu, exp) can
+//   differ from the vectorized code's in the last bit;
+// - full reductions add per-thread partial sums.
+// So the bitwise path runs torch's ops on one thread (TorchOnOneThread) while Tessera's own loops,
+// written to give the same bits for any split (kernels/cpu/parallel.h), keep every thread.
 #pragma once
 
 #include <cstdlib>
 
 namespace tessera {
 
-// oneMKL's code path for this CPU, with results that do not depend on alignment.
+// oneMKL's code path for this CPU, with results that do not depend on where a GEMM's operands lie
+// in memory (which differs from rank to rank); strict adds nothing on one thread but costs nothing.
 inline constexpr const char* kMklReproducibleMode = "AUTO,STRICT";
 
 // Sets MKL_CBWR to kMklReproducibleMode unless the environment names a mode already (a user's
@@ -24,19 +31,19 @@ enum class BlasMode { Reproducible, NotReproducible, Unknown };
 // or does not say.
 BlasMode blas_mode();
 
-// While alive, torch's oneMKL GEMMs called from this thread run on one thread, so that their bits
-// do not depend on distributed.threads; torch's own kernels keep their threads. A no-op where
-// torch's BLAS is not oneMKL (available() says which).
-class SingleThreadedBlas {
+// While alive: torch's intra-op threads (its elementwise ops, reductions and oneMKL's GEMMs) are
+// one, on this thread and any it starts, and Tessera's own loops (tessera::parallel_for) run on the
+// threads torch had. Nests. For the bitwise path's work on the CPU: its units, its evals.
+class TorchOnOneThread {
  public:
-  SingleThreadedBlas();
-  ~SingleThreadedBlas();
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-  static bool available();
+  TorchOnOneThread();
+  ~TorchOnOneThread();
+  TorchOnOneThread(const TorchOnOneThread&) = delete;
+  TorchOnOneThread& operator=(const TorchOnOneThread&) = delete;
 
  private:
-  int previous_ = -1;  // oneMKL's thread-local setting before (0: its global one); -1: none
+  int torch_threads_;     // torch's count before
+  int own_loop_threads_;  // Tessera's loops' before (0: torch's)
 };
 
 }  // namespace tessera

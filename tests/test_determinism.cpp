@@ -1,8 +1,8 @@
 // ExactSum (framework/exact_sum.h) and the fixed-point kernels under it (kernels/fixed_point.h),
 // under mpiexec -n 1, 2, 3, 4: the same values added in any order and grouping, on one rank or
 // split across ranks, give the same bits, the exact sum rounded; values it cannot hold make the
-// sum NaN. And the bitwise path's GEMMs (framework/thread_invariance.h) give the same bits at any
-// thread count. The families' bitwise runs are tested with them (test_nerf_invariants,
+// sum NaN. And torch's ops on the bitwise path (framework/thread_invariance.h) give the same bits
+// at any thread count. The families' bitwise runs are tested with them (test_nerf_invariants,
 // test_diffusion: "Deterministic*").
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <vector>
 
 #include "distributed/communicator.h"
 #include "distributed/mpi_communicator.h"
 #include "framework/exact_sum.h"
 #include "framework/thread_invariance.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/fixed_point.h"
 #include "tests/bitwise_trace.h"
 #include "tests/cuda_skip.h"
@@ -87,23 +89,24 @@ TEST(ExactSum, ValuesItCannotHoldMakeTheSumNaN) {
                                          torch::kFloat64)));
 }
 
-// The bitwise path's GEMMs (framework/thread_invariance.h: oneMKL on one thread, in its
-// reproducible mode, as mpi_test_main asks like the tessera binary) give the same bits whatever
-// torch's thread count: a layer's forward and both gradients, at 1 to 4 threads. Without
-// SingleThreadedBlas a weight gradient's GEMM (few outputs, many rows, whose sum oneMKL splits over
-// its threads) differs, strict mode or not.
-TEST(ThreadInvariance, BitwisePathGemmsAreTheSameAtAnyThreadCount) {
-  if (!SingleThreadedBlas::available()) GTEST_SKIP() << "torch's BLAS is not oneMKL";
+// Under TorchOnOneThread (framework/thread_invariance.h) torch's ops give the same bits whatever
+// the thread count torch had: a layer's forward and both gradient GEMMs for six shapes, and on a
+// million values the transcendentals whose scalar tail differs from their vector code (sigmoid,
+// softplus, silu, exp) and a full sum. Without the guard two of the GEMM shapes (oneMKL's split
+// row sums, strict mode or not), sigmoid, softplus and silu (the scalar tail of each thread's
+// range) and the sum (per-thread partial sums) differ at 2 to 4 threads. Tessera's own loops keep every thread meanwhile.
+TEST(ThreadInvariance, TorchOpsAreTheSameAtAnyThreadCountOnTheBitwisePath) {
   const char* env = std::getenv("MKL_CBWR");
-  EXPECT_EQ(blas_mode(), BlasMode::Reproducible) << "MKL_CBWR=" << (env != nullptr ? env : "unset");
+  EXPECT_NE(blas_mode(), BlasMode::NotReproducible)
+      << "MKL_CBWR=" << (env != nullptr ? env : "unset");
   struct Shape {
     int64_t rows, in, out;
   };
   const std::vector<Shape> shapes = {{8192, 64, 6}, {8192, 6, 64}, {4093, 37, 5},
                                      {100000, 32, 16}, {2048, 256, 1024}, {7, 100000, 3}};
-  auto products = [&](int threads) {
+  auto results = [&](int threads) {
     test::IntraOpThreads pinned(threads);
-    SingleThreadedBlas one_blas_thread;
+    TorchOnOneThread one;
     std::vector<torch::Tensor> out;
     torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(11);
     for (const Shape& s : shapes) {
@@ -114,15 +117,29 @@ TEST(ThreadInvariance, BitwisePathGemmsAreTheSameAtAnyThreadCount) {
       out.push_back(dy.t().mm(x));         // weight gradient
       out.push_back(dy.mm(w));             // input gradient
     }
+    const torch::Tensor v = torch::randn({1000003}, gen) * 4;
+    out.push_back(torch::sigmoid(v));
+    out.push_back(torch::softplus(v));
+    out.push_back(torch::silu(v));
+    out.push_back(torch::exp(v));
+    out.push_back(v.sum());
     return out;
   };
-  const std::vector<torch::Tensor> one = products(1);
+  const std::vector<torch::Tensor> one = results(1);
   for (int threads = 2; threads <= 4; ++threads) {
-    const std::vector<torch::Tensor> many = products(threads);
+    const std::vector<torch::Tensor> many = results(threads);
     for (size_t i = 0; i < one.size(); ++i)
-      EXPECT_TRUE(torch::equal(one[i], many[i]))
-          << "product " << i % 3 << " of shape " << i / 3 << " at " << threads << " threads";
+      EXPECT_TRUE(torch::equal(one[i], many[i])) << "result " << i << " at " << threads << " threads";
   }
+#ifdef _OPENMP
+  // Tessera's loops still split over the threads torch had.
+  test::IntraOpThreads three(3);
+  TorchOnOneThread one_thread;
+  EXPECT_EQ(at::get_num_threads(), 1);
+  std::vector<int> seen(64, 0);
+  tessera::parallel_for(0, 3000, 1, [&](int64_t, int64_t) { seen.at(omp_get_thread_num()) = 1; });
+  EXPECT_EQ(std::accumulate(seen.begin(), seen.end(), 0), 3);
+#endif
 }
 
 // The CUDA kernels give the CPU's bits: the same digits added, the same normalization, the same

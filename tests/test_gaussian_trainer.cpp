@@ -1,4 +1,4 @@
-// The sharded 3DGS trainer (models/gaussians/gaussian_trainer.h) under mpiexec -n 1, 2, 3 on a
+// The sharded 3DGS trainer (models/gaussians/gaussian_trainer.h) under mpiexec -n 1, 2, 3, 4 on a
 // tiny synthetic scene: N ranks equal one rank (the reference runs on MPI_COMM_SELF on every rank).
 #include <gtest/gtest.h>
 #include <torch/optim.h>
@@ -27,6 +27,7 @@
 #include "models/gaussians/gaussian_family.h"
 #include "models/gaussians/gaussian_trainer.h"
 #include "models/gaussians/ply.h"
+#include "tests/bitwise_trace.h"
 #include "tests/mpi_test_env.h"
 #include "tests/test_util.h"
 
@@ -389,6 +390,69 @@ std::vector<torch::Tensor> canonical_state(gs::GaussianTrainer& trainer,
   }
   out.push_back(trainer.canonical_ids());
   return out;
+}
+
+// (6) run.deterministic (docs/training_loop.md, "Bitwise at any world size"): 20 steps with
+// densification at s = 5, rebalancing every 3 steps and 2 views a step, at INRIA's Adam eps 1e-15,
+// on N ranks at 3 threads each equal one rank at 1 thread bit for bit: every step's loss and
+// counts, and every parameter, Adam moment and global id. The float path on the same options is
+// not bitwise across world sizes (what this test would catch if a float sum came back into the
+// gradient's path).
+std::vector<torch::Tensor> canonical_state(gs::GaussianTrainer& trainer,
+                                           distributed::Communicator& comm);
+
+struct GaussianTrace {
+  std::vector<double> numbers;  // each step's loss and counts
+  std::vector<torch::Tensor> state;
+};
+
+GaussianTrace trace_of(distributed::Communicator& comm, const data::SceneReader& scene,
+                       const gs::GaussianTrainerOptions& o, int threads) {
+  test::IntraOpThreads pinned(threads);
+  gs::GaussianTrainer trainer(comm, scene, o);
+  GaussianTrace trace;
+  for (int64_t t = 0; t < 20; ++t) {
+    const gs::GaussianStepResult r = trainer.step(t);
+    trace.numbers.insert(trace.numbers.end(),
+                         {r.loss, static_cast<double>(r.cloned), static_cast<double>(r.split),
+                          static_cast<double>(r.pruned), static_cast<double>(r.global_count)});
+  }
+  trace.state = canonical_state(trainer, comm);
+  return trace;
+}
+
+bool same_state(const GaussianTrace& a, const GaussianTrace& b) {
+  if (a.state.size() != b.state.size()) return false;
+  for (size_t i = 0; i < a.state.size(); ++i)
+    if (!a.state[i].sizes().equals(b.state[i].sizes()) || !torch::equal(a.state[i], b.state[i]))
+      return false;
+  return true;
+}
+
+TEST_F(GaussianTrainerTest, DeterministicNRanksEqualOneRankBitwise) {
+  gs::GaussianTrainerOptions o = densify_options();
+  o.rates.adam_eps = 1e-15;
+  o.deterministic = true;
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  const GaussianTrace want = trace_of(self, *scene_, o, 1);
+  const GaussianTrace got = trace_of(world(), *scene_, o, 3);
+  ASSERT_EQ(got.numbers.size(), want.numbers.size());
+  for (size_t i = 0; i < want.numbers.size(); ++i)
+    EXPECT_EQ(got.numbers[i], want.numbers[i]) << "step " << i / 5 << ", number " << i % 5;
+  ASSERT_EQ(got.state.size(), want.state.size());
+  for (size_t i = 0; i < want.state.size(); ++i) {
+    ASSERT_EQ(got.state[i].sizes(), want.state[i].sizes()) << "tensor " << i;
+    EXPECT_TRUE(torch::equal(got.state[i], want.state[i]))
+        << "tensor " << i << " (field i / 3, then its two moments; last: ids): "
+        << got.state[i].ne(want.state[i]).sum().item<int64_t>() << " values differ";
+  }
+  double added = 0;  // clones and split children over the run
+  for (size_t i = 0; i < want.numbers.size(); i += 5) added += want.numbers[i + 1] + want.numbers[i + 2];
+  EXPECT_GT(added, 0) << "the run densified";
+  if (world().size() > 1) {
+    o.deterministic = false;
+    EXPECT_FALSE(same_state(trace_of(self, *scene_, o, 1), trace_of(world(), *scene_, o, 1)));
+  }
 }
 
 // A GaussianFamily trained by the framework's TrainingRun, as `tessera train` runs it;

@@ -9,7 +9,14 @@
 
 #include <ATen/Parallel.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 
 #include "kernels/cpu/cpu_build.h"
 
@@ -19,21 +26,66 @@
 
 namespace tessera {
 
+namespace detail {
+// Threads for Tessera's own loops while torch's ops are pinned to one thread (the bitwise path's
+// TorchOnOneThread guard); 0: torch's pool as it is.
+inline int& own_loop_threads() {
+  static int threads = 0;
+  return threads;
+}
+
+// [begin, end) in `threads` chunks of at least `grain` on OpenMP threads of torch's runtime (the
+// split at::parallel_for makes), the first exception rethrown after the join.
+template <class F>
+void own_parallel_for(int64_t begin, int64_t end, int64_t grain, int threads, const F& f) {
+  const int64_t n = end - begin;
+  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  const int64_t chunk = (n + chunks - 1) / chunks;
+  std::exception_ptr error;
+  std::atomic_flag failed = ATOMIC_FLAG_INIT;
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+  {
+    const int64_t first = begin + static_cast<int64_t>(omp_get_thread_num()) * chunk;
+    if (first < end) {
+      try {
+        f(first, std::min(end, first + chunk));
+      } catch (...) {
+        if (!failed.test_and_set()) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+}  // namespace detail
+
 // Runs f(chunk_begin, chunk_end) over [begin, end) in chunks of at least `grain`, as
-// at::parallel_for does (inline when the range is small or the pool has one thread).
+// at::parallel_for does (inline when the range is small or the pool has one thread). While
+// torch's own ops are pinned to one thread (TorchOnOneThread), Tessera's loops keep the threads
+// they had.
 template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
 #ifdef TESSERA_THREAD_SANITIZER
   char fork = 0, join = 0;
   __tsan_release(&fork);
-  at::parallel_for(begin, end, grain, [&](int64_t chunk_begin, int64_t chunk_end) {
+  auto body = [&](int64_t chunk_begin, int64_t chunk_end) {
     __tsan_acquire(&fork);
     f(chunk_begin, chunk_end);
     __tsan_release(&join);
-  });
-  __tsan_acquire(&join);
+  };
 #else
-  at::parallel_for(begin, end, grain, f);
+  const F& body = f;
+#endif
+#ifdef _OPENMP
+  const int own = detail::own_loop_threads();
+  if (own > 1 && end - begin > std::max<int64_t>(grain, 1) && !omp_in_parallel())
+    detail::own_parallel_for(begin, end, std::max<int64_t>(grain, 1), own, body);
+  else
+    at::parallel_for(begin, end, grain, body);
+#else
+  at::parallel_for(begin, end, grain, body);
+#endif
+#ifdef TESSERA_THREAD_SANITIZER
+  __tsan_acquire(&join);
 #endif
 }
 

@@ -280,6 +280,7 @@ void DiffusionFamily::end_step(StepRecord& record) {
 
 EvalScores DiffusionFamily::evaluate(int64_t, const std::vector<size_t>& items, const ImageSink&) {
   torch::NoGradGuard no_grad;
+  const auto threads = bitwise_threads();  // the same scores at any thread count
   // Each item's loss from the one rank that scores it, the others' 0: the allreduce is exact, and
   // the mean adds the items in their order, so the score does not depend on the world size.
   torch::Tensor per_item =
@@ -348,6 +349,7 @@ torch::Tensor DiffusionFamily::draw_samples(int64_t count, int64_t steps, Sample
     return model_->forward(x, t, /*training=*/false);
   };
   torch::NoGradGuard no_grad;
+  const auto threads = bitwise_threads();  // the same clouds at any thread count
   std::vector<torch::Tensor> mine;
   for (int64_t lo = begin; lo < end; lo += kSampleChunk) {
     const int64_t hi = std::min(end, lo + kSampleChunk);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kernels/gaussian_rasterize.h"
+#include "kernels/pointwise.h"
 
 namespace tessera::models::gaussians {
 namespace {
@@ -133,8 +134,8 @@ void reset_opacity(GaussianParams& params, torch::optim::Adam* optimizer,
   torch::NoGradGuard no_grad;
   const torch::Tensor old = params.opacity_logits;
   const torch::Tensor capped =
-      torch::minimum(old.detach().sigmoid(), torch::full_like(old, options.reset_opacity));
-  torch::Tensor fresh = torch::logit(capped).contiguous().set_requires_grad(true);
+      torch::minimum(kernels::pointwise::sigmoid(old.detach()), torch::full_like(old, options.reset_opacity));
+  torch::Tensor fresh = kernels::pointwise::logit(capped).contiguous().set_requires_grad(true);
   if (optimizer != nullptr)
     swap_param(*optimizer, old, fresh,
                [](const torch::Tensor& moment) { return torch::zeros_like(moment); });
@@ -202,11 +203,11 @@ DensifyResult densify_and_prune(GaussianParams& params, torch::optim::Adam* opti
               hash_values({options.seed, kPurposeSplit, static_cast<uint64_t>(step), id,
                            static_cast<uint64_t>(c), static_cast<uint64_t>(a)}));
       }
-    const torch::Tensor parent_scales = children.log_scales.exp();
+    const torch::Tensor parent_scales = kernels::pointwise::exp(children.log_scales);
     const torch::Tensor local = z.to(device, torch::kFloat32) * parent_scales;  // [kS, 3]
     const torch::Tensor rot = quat_to_rotmat(children.quats);                   // [kS, 3, 3]
     children.means = children.means + torch::bmm(rot, local.unsqueeze(2)).squeeze(2);
-    children.log_scales = (parent_scales / options.split_scale_divisor).log();
+    children.log_scales = kernels::pointwise::log(parent_scales / options.split_scale_divisor);
   }
   for (size_t i = 0; i < extra.fields().size(); ++i)
     *extra.fields()[i] = torch::cat({*extra.fields()[i], *children.fields()[i]}, 0);
@@ -214,8 +215,8 @@ DensifyResult densify_and_prune(GaussianParams& params, torch::optim::Adam* opti
   // Prune over originals, then clones, then children.
   const torch::Tensor all_logits = torch::cat({params.opacity_logits.detach(), extra.opacity_logits});
   const torch::Tensor all_scales =
-      torch::cat({params.log_scales.detach(), extra.log_scales}).exp();
-  torch::Tensor prune = all_logits.sigmoid() < options.prune_opacity;
+      kernels::pointwise::exp(torch::cat({params.log_scales.detach(), extra.log_scales}));
+  torch::Tensor prune = kernels::pointwise::sigmoid(all_logits) < options.prune_opacity;
   if (step > options.opacity_reset_every) {
     const torch::Tensor radii = torch::cat(
         {stats.max_radii.to(device),

@@ -217,10 +217,16 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
   o.init.seed = static_cast<uint64_t>(config.run.seed);
   // Dynamic sampling: the [sampling] schedule is the fraction of train views per epoch.
   o.sampling = sampling_options(config);
+  o.deterministic = config.run.deterministic;
   if (config.checkpoint.policy == "budget") {
     if (!(config.checkpoint.budget_mib > 0))
       throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "
                       "activation memory that sets how many views a pass renders)");
+    if (o.deterministic && o.views_per_pass == 0)
+      throw UserError("checkpoint.policy = \"budget\" splits a batch's views into passes by each "
+                      "rank's share of the Gaussians, which follows the world size; with "
+                      "run.deterministic set gaussians.views_per_pass instead, or set "
+                      "run.deterministic = false");
     o.memory_budget_bytes = static_cast<int64_t>(config.checkpoint.budget_mib * 1024.0 * 1024.0);
   }
   return o;

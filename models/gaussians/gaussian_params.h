@@ -15,6 +15,7 @@
 #include "framework/data/scene.h"
 #include "framework/even_slice.h"
 #include "framework/param_group.h"
+#include "kernels/pointwise.h"
 
 namespace tessera::models::gaussians {
 
@@ -48,8 +49,10 @@ struct GaussianParams {
   torch::Tensor sh_rest;         // [N, 15, 3] SH coefficients 1..15 per channel
 
   int64_t size() const { return means.defined() ? means.size(0) : 0; }
-  torch::Tensor scales() const { return log_scales.exp(); }            // [N, 3]
-  torch::Tensor opacities() const { return opacity_logits.sigmoid(); }  // [N]
+  // [N, 3] and [N]: each Gaussian's value from its own row alone, at any place in the shard
+  // (kernels/pointwise.h), so that a Gaussian renders the same bits on whichever rank owns it.
+  torch::Tensor scales() const { return kernels::pointwise::exp(log_scales); }
+  torch::Tensor opacities() const { return kernels::pointwise::sigmoid(opacity_logits); }
   // Pointers to the six tensors in kGroupNames order.
   std::array<torch::Tensor*, 6> fields();
   std::array<const torch::Tensor*, 6> fields() const;

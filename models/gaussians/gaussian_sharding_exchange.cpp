@@ -137,6 +137,17 @@ torch::Tensor destination_ranks(const torch::Tensor& rects, int64_t tiles_x, int
   return out.to(rects.device());
 }
 
+namespace {
+// How many rows each source will send this rank, from every rank's send counts. Collective.
+std::vector<int64_t> receive_counts(distributed::Communicator& comm,
+                                    const std::vector<int64_t>& send_counts) {
+  const torch::Tensor counts =
+      torch::tensor(send_counts, torch::kInt64).reshape({comm.size(), 1}).to(comm.device());
+  const std::vector<int64_t> ones(comm.size(), 1);
+  return to_int64s(comm.all_to_all_v(counts, ones));
+}
+}  // namespace
+
 ExchangePlan make_exchange_plan(distributed::Communicator& comm, const torch::Tensor& destinations) {
   require(destinations.dim() == 2 && destinations.size(1) == comm.size() &&
               destinations.scalar_type() == torch::kBool,
@@ -149,12 +160,57 @@ ExchangePlan make_exchange_plan(distributed::Communicator& comm, const torch::Te
   const torch::Tensor nz = by_rank.nonzero();  // [M, 2] (rank, row), row-major order
   plan.source_rows = nz.select(1, 1).contiguous().to(comm.device());
   plan.send_counts = to_int64s(by_rank.sum(1));
-  // Every rank learns how many rows each source will send it.
-  const torch::Tensor counts =
-      torch::tensor(plan.send_counts, torch::kInt64).reshape({comm.size(), 1}).to(comm.device());
-  const std::vector<int64_t> ones(comm.size(), 1);
-  plan.recv_counts = to_int64s(comm.all_to_all_v(counts, ones));
+  plan.recv_counts = receive_counts(comm, plan.send_counts);
   return plan;
+}
+
+EntryPlan make_entry_plan(distributed::Communicator& comm, const std::vector<torch::Tensor>& rects,
+                          const std::vector<int64_t>& tiles_x,
+                          const std::vector<int64_t>& first_tile, const TilePartition& partition) {
+  require(rects.size() == tiles_x.size() && rects.size() <= first_tile.size(),
+          "make_entry_plan: one rect tensor, tiles_x and first tile per view");
+  require(partition.parts() == comm.size(), "make_entry_plan: the partition is not the world's");
+  const int64_t num_tiles = partition.num_tiles();
+  std::vector<torch::Tensor> cpu;
+  for (const torch::Tensor& r : rects) {
+    require(r.dim() == 2 && r.size(1) == 4 && r.scalar_type() == torch::kInt64,
+            "make_entry_plan: rects must be [P, 4] int64");
+    cpu.push_back(r.detach().to(torch::kCPU).contiguous());
+  }
+  // A counting sort by tile: count each tile's rows, then place rows in row order.
+  std::vector<int64_t> start(static_cast<size_t>(num_tiles) + 1, 0);
+  auto each_entry = [&](auto&& visit) {
+    int64_t row = 0;
+    for (size_t v = 0; v < cpu.size(); ++v) {
+      const int64_t* rp = cpu[v].data_ptr<int64_t>();
+      for (int64_t p = 0; p < cpu[v].size(0); ++p, ++row, rp += 4)
+        for (int64_t ty = rp[2]; ty < rp[3]; ++ty)
+          for (int64_t tx = rp[0]; tx < rp[1]; ++tx)
+            visit(row, first_tile[v] + ty * tiles_x[v] + tx);
+    }
+    return row;
+  };
+  const int64_t rows = each_entry([&](int64_t, int64_t tile) { ++start[tile + 1]; });
+  for (int64_t t = 0; t < num_tiles; ++t) start[t + 1] += start[t];
+  const int64_t entries = start[num_tiles];
+  EntryPlan out;
+  torch::Tensor source = torch::empty({entries}, torch::kInt64);
+  out.tiles = torch::empty({entries}, torch::kInt64);
+  {
+    int64_t* sp = source.data_ptr<int64_t>();
+    int64_t* tp = out.tiles.data_ptr<int64_t>();
+    std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+    each_entry([&](int64_t row, int64_t tile) {
+      sp[cursor[tile]] = row;
+      tp[cursor[tile]++] = tile;
+    });
+  }
+  out.plan.num_rows = rows;
+  out.plan.source_rows = source.to(comm.device());
+  for (int r = 0; r < partition.parts(); ++r)
+    out.plan.send_counts.push_back(start[partition.end(r)] - start[partition.begin(r)]);
+  out.plan.recv_counts = receive_counts(comm, out.plan.send_counts);
+  return out;
 }
 
 torch::Tensor all_to_all_rows(distributed::Communicator& comm, const torch::Tensor& sent,

@@ -67,6 +67,21 @@ struct ExchangePlan {
 ExchangePlan make_exchange_plan(distributed::Communicator& comm,
                                 const torch::Tensor& destinations);  // [P, size] bool
 
+// The bitwise path's plan (run.deterministic; docs/training_loop.md, "Bitwise at any world
+// size"): one sent row per (tile, projected row) intersection, to the tile's owner, the sent rows
+// ordered by batch tile and then by row. Each tile's owner then rasterizes rows that belong to
+// that tile alone, so the rasterizer's gradient of a sent row is that one tile's contribution;
+// the backward's index_add (exchange_projected) adds a row's tiles in tile order, the order of one
+// rank's whole-image sum, whatever the partition. `rects` are each view's rows' tile rects
+// (tile_rects), the views' rows numbered one after the other.
+struct EntryPlan {
+  ExchangePlan plan;
+  torch::Tensor tiles;  // [M] int64 (CPU): each sent row's batch tile
+};
+EntryPlan make_entry_plan(distributed::Communicator& comm, const std::vector<torch::Tensor>& rects,
+                          const std::vector<int64_t>& tiles_x,
+                          const std::vector<int64_t>& first_tile, const TilePartition& partition);
+
 // The projected-attribute exchange, differentiable: returns [R, *] = the rows every rank sent
 // here, from rank 0's first (each source's in its plan order). Backward runs the reverse
 // all-to-all-v: each source gets back exactly the gradients of the rows it sent, and a row sent

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "framework/phase_timer.h"
 #include "framework/schedule.h"
 #include "framework/snapshot.h"
+#include "framework/thread_invariance.h"
 #include "models/gaussians/densify.h"
 #include "models/gaussians/gaussian_config.h"
 #include "models/gaussians/gaussian_loss.h"
@@ -43,6 +45,11 @@ struct GaussianTrainerOptions : GaussianConfig {
   SamplingScheduleOptions sampling;
   // checkpoint.budget_mib with policy "budget": per rank, for the views per pass; < 0: none.
   int64_t memory_budget_bytes = -1;
+  // run.deterministic: bitwise at any world size (docs/training_loop.md, "Bitwise at any world
+  // size"): one exchanged row per (tile, Gaussian) so that a Gaussian's gradient adds its tiles
+  // in tile order on its owner, the image gradient passed through as every rank computes it, and
+  // passes of views_per_pass views (0: the whole batch), never the budget's per-rank split.
+  bool deterministic = false;
 };
 
 struct GaussianStepResult {
@@ -181,6 +188,10 @@ class GaussianTrainer {
   int64_t largest_view_pixels() const;
 
  private:
+  // run.deterministic on the CPU: torch's ops on one thread while alive (framework/
+  // thread_invariance.h: the loss's SSIM on a large image, for one, splits over threads); empty
+  // elsewhere.
+  std::optional<TorchOnOneThread> bitwise_threads() const;
   // The initial set when the scene has no points: stereo points, then random ones (this rank's
   // even slice, as init_from_scene's).
   GaussianParams init_from_stereo(const data::SceneReader& scene, const InitOptions& init,

@@ -22,14 +22,17 @@ constexpr int64_t kRowWidth = 10;
 // Differentiable allreduce-sum of per-rank partial images. Forward: the sum over ranks. Backward:
 // the allreduce-sum of the gradient, so that when every rank's loss is L / size the gradient that
 // reaches each rank's partial image is dL/d(full image), the single-process gradient; charged to
-// the "exchange" phase of the timer.
+// the "exchange" phase of the timer. `pass_through` (the bitwise path, where every rank's loss is
+// the whole L): the gradient is that already, as it is on every rank, and goes back unchanged
+// (size copies of g / size summed in float would not give g's bits).
 class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
                                const torch::Tensor& partial,  // [H, W, 3]
-                               int64_t comm_address, int64_t timer_address) {
+                               int64_t comm_address, int64_t timer_address, bool pass_through) {
     ctx->saved_data["comm"] = comm_address;
     ctx->saved_data["timer"] = timer_address;
+    ctx->saved_data["pass_through"] = pass_through;
     torch::Tensor full = partial.detach().clone();
     reinterpret_cast<distributed::Communicator*>(comm_address)
         ->allreduce(full, distributed::ReduceOp::Sum);
@@ -40,9 +43,9 @@ class AllreduceSumFunction : public torch::autograd::Function<AllreduceSumFuncti
     auto* comm = reinterpret_cast<distributed::Communicator*>(ctx->saved_data["comm"].toInt());
     torch::Tensor g = grads[0].defined() ? grads[0].contiguous().clone() : torch::Tensor();
     if (!g.defined()) throw std::logic_error("AllreduceSumFunction: undefined gradient");
-    comm->allreduce(g, distributed::ReduceOp::Sum);
+    if (!ctx->saved_data["pass_through"].toBool()) comm->allreduce(g, distributed::ReduceOp::Sum);
     reinterpret_cast<PhaseTimer*>(ctx->saved_data["timer"].toInt())->lap("exchange");
-    return {g, torch::Tensor(), torch::Tensor()};
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -98,6 +101,22 @@ kernels::TileBins bin_in_id_order(const torch::Tensor& means2d, const torch::Ten
   return bins;
 }
 
+// Bins for the bitwise path's entries (make_entry_plan): rows that each belong to one tile,
+// `tiles` [m] (the view's tile of each, CPU int64), ordered within a tile by depth, ties by global
+// id, as bin_in_id_order orders the rows it bins; the rows are not reordered.
+kernels::TileBins bin_entries(const torch::Tensor& tiles, const torch::Tensor& depths,
+                              const torch::Tensor& ids, int64_t num_tiles) {
+  torch::Tensor order = std::get<1>(ids.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  order = order.index_select(
+      0, std::get<1>(depths.index_select(0, order).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false)));
+  order = order.index_select(0, std::get<1>(tiles.index_select(0, order).sort(/*stable=*/true, /*dim=*/0, /*descending=*/false)));
+  kernels::TileBins bins;
+  bins.tile_offsets = torch::zeros({num_tiles + 1}, torch::kInt64);
+  bins.tile_offsets.slice(0, 1).copy_(torch::bincount(tiles, {}, num_tiles).cumsum(0));
+  bins.gaussian_ids = order;
+  return bins;
+}
+
 // Per-tile intersection counts of one view's rects [P, 4] (x0, x1, y0, y1): a 2D difference
 // array, then prefix sums. -> [tiles_y * tiles_x] float64.
 torch::Tensor tile_counts(const torch::Tensor& rects, int64_t tiles_x, int64_t tiles_y) {
@@ -143,8 +162,11 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   const torch::Tensor opacities = params_.opacities();
 
   // On one rank the exchange is the identity: every row stays, in its order, and the rows whose
-  // rect is empty (culled), which the plan would have left out, bin into no tile.
+  // rect is empty (culled), which the plan would have left out, bin into no tile. The bitwise
+  // path's training renders send one row per (tile, row) instead (make_entry_plan), on any number
+  // of ranks.
   const bool single_rank = comm_.size() == 1;
+  const bool entries = options_.deterministic && grad;
   std::vector<RenderCamera> cams;
   std::vector<int64_t> first_tile(b_count + 1, 0), tiles_x(b_count);
   std::vector<torch::Tensor> rows, side, rects, costs;
@@ -176,6 +198,8 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     first_tile[b + 1] = first_tile[b] + tiles_x[b] * tiles_y;
     if (single_rank) {  // one rank owns every tile: no split to weigh, no destinations
       costs.push_back(torch::ones({tiles_x[b] * tiles_y}, torch::kFloat64));
+      if (entries)
+        rects.push_back(tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
     } else {
       rects.push_back(
           tile_rects(proj.means2d.detach(), proj.radii, cam.width, cam.height, ts));
@@ -199,7 +223,15 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
   // Backward marks: the reverse all-to-all is charged to exchange once SH and projection
   // backward can start, and rasterize_bwd ends where every consumer of `received` is done.
   torch::Tensor received, received_side;  // [R, 10] and, on the CPU, [R, 3]
-  if (single_rank) {
+  torch::Tensor received_tiles;           // the bitwise path: [R] each row's batch tile (CPU)
+  if (entries) {
+    const EntryPlan plan = make_entry_plan(comm_, rects, tiles_x, first_tile, partition);
+    received = phase_mark(
+        exchange_projected(comm_, plan.plan, phase_mark(cat_views(rows), &phases_, "exchange")),
+        &phases_, "rasterize_bwd");
+    received_side = exchange_with_plan(comm_, plan.plan, cat_views(side)).cpu();
+    received_tiles = comm_.all_to_all_v(plan.tiles.to(comm_.device()), plan.plan.send_counts).cpu();
+  } else if (single_rank) {
     received = phase_mark(phase_mark(cat_views(rows), &phases_, "exchange"), &phases_,
                           "rasterize_bwd");
     received_side = cat_views(side).cpu();
@@ -226,8 +258,8 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     // This view's received rows (a batch of one view takes all of them, no copy), in the order
     // they arrived; binning orders equal depths by global id, whatever the world size.
     const torch::Tensor of_view =
-        b_count == 1 ? torch::Tensor()
-                     : torch::nonzero(received_side.select(1, 2) == b).flatten();
+        b_count == 1 && !entries ? torch::Tensor()
+                                 : torch::nonzero(received_side.select(1, 2) == b).flatten();
     const torch::Tensor ids = of_view.defined()
                                   ? received_side.select(1, 1).index_select(0, of_view)
                                   : received_side.select(1, 1);
@@ -240,9 +272,16 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     torch::Tensor partial;
     if (r.size(0) > 0 && tile_mask.any().item<bool>()) {
       const torch::Tensor means2d = r.slice(1, 0, 2), depths = r.select(1, 9);
-      const kernels::TileBins bins =
-          bin_in_id_order(means2d.detach(), radii, depths.detach(), ids, cam.width, cam.height,
-                          ts, tile_mask.to(device));
+      kernels::TileBins bins;
+      if (entries) {
+        bins = bin_entries(received_tiles.index_select(0, of_view) - first_tile[b],
+                           depths.detach().cpu(), ids, first_tile[b + 1] - first_tile[b]);
+        bins.tile_offsets = bins.tile_offsets.to(device);
+        bins.gaussian_ids = bins.gaussian_ids.to(device);
+      } else {
+        bins = bin_in_id_order(means2d.detach(), radii, depths.detach(), ids, cam.width,
+                               cam.height, ts, tile_mask.to(device));
+      }
       phases_.lap("bin");
       const torch::autograd::variable_list in = RasterInputsFunction::apply(r);
       const kernels::RasterizeOutput raster = kernels::rasterize_gaussians(
@@ -262,9 +301,10 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
     // backward collectives (this allreduce and the reverse all-to-all-v) run on every rank.
     // The mark after it ends the loss's backward.
     flat = phase_mark(
-        AllreduceSumFunction::apply(single_rank ? flat : flat + 0 * received.sum(),
+        AllreduceSumFunction::apply(single_rank && !entries ? flat : flat + 0 * received.sum(),
                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm_)),
-                                    static_cast<int64_t>(reinterpret_cast<intptr_t>(&phases_))),
+                                    static_cast<int64_t>(reinterpret_cast<intptr_t>(&phases_)),
+                                    /*pass_through=*/entries),
         &phases_, "loss");
   } else {
     flat = flat.detach().contiguous().clone();
@@ -287,12 +327,14 @@ torch::Tensor GaussianTrainer::render(int64_t camera_index, int sh_degree) {
 
 torch::Tensor GaussianTrainer::render_camera(const data::Camera& camera, int sh_degree) {
   torch::NoGradGuard no_grad;
+  const auto threads = bitwise_threads();
   if (sh_degree < 0) sh_degree = sh_degree_at(steps_done_ > 0 ? steps_done_ - 1 : 0);
   return forward({camera}, sh_degree, options_.resolution_scale, false, nullptr)[0];
 }
 
 torch::Tensor GaussianTrainer::render_depth_alpha(const data::Camera& camera) {
   torch::NoGradGuard no_grad;
+  const auto threads = bitwise_threads();
   return forward({camera}, 0, options_.resolution_scale, false, nullptr, /*depth_alpha=*/true)[0];
 }
 
@@ -300,6 +342,7 @@ GaussianTrainer::EvalScores GaussianTrainer::evaluate(
     const std::vector<size_t>& views,
     const ImageSink& on_image, int sh_degree) {
   release_gradients();
+  const auto threads = bitwise_threads();  // the same scores at any thread count
   EvalScores scores;
   for (size_t v : views) {
     const torch::Tensor image =

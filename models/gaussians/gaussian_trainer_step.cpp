@@ -37,7 +37,8 @@ torch::Tensor GaussianTrainer::target(int64_t camera_index, double scale) {
 int64_t GaussianTrainer::views_per_pass_for(int64_t t, const std::vector<int64_t>& views) {
   const int64_t b = static_cast<int64_t>(views.size());
   if (options_.views_per_pass > 0) return std::min(options_.views_per_pass, b);
-  if (options_.memory_budget_bytes < 0) return b;
+  // The bitwise path: a split by each rank's share of the Gaussians would follow the world size.
+  if (options_.memory_budget_bytes < 0 || options_.deterministic) return b;
   int64_t pixels = 0;  // the largest view of the batch at the step's scale
   for (int64_t v : views) {
     const RenderCamera cam = make_render_camera(scene_.cameras()[v], resolution_scale_at(t));
@@ -60,6 +61,11 @@ void GaussianTrainer::set_learning_rates(int64_t s) {
     static_cast<torch::optim::AdamOptions&>(groups[i].options()).lr(lrs[i] * scale);
 }
 
+std::optional<TorchOnOneThread> GaussianTrainer::bitwise_threads() const {
+  if (!options_.deterministic || !params_.means.is_cpu()) return std::nullopt;
+  return std::optional<TorchOnOneThread>(std::in_place);
+}
+
 GaussianStepResult GaussianTrainer::step(int64_t t) {
   GaussianStepResult result = forward_backward(t);
   apply_step(t, /*skipped=*/false, result);
@@ -70,6 +76,7 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
                                                      const std::string& precision) {
   const int64_t s = t + 1;
   phases_.start();
+  const auto threads = bitwise_threads();
   GaussianStepResult result;
   result.views = batch_views(t);
   result.sh_degree = sh_degree_at(t);
@@ -86,7 +93,7 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
   // The batch loss is the mean over its views; each pass backpropagates its views' share
   // (sum of its losses / B), so the gradients of the passes add up to the batch's. Every rank
   // holds the same loss; L / size with the allreduce-sum backward gives each rank's pixels
-  // exactly the single-process gradient.
+  // exactly the single-process gradient (the bitwise path: L itself, passed through).
   const int64_t b_count = static_cast<int64_t>(result.views.size());
   double loss_sum = 0;
   for (int64_t first = 0; first < b_count; first += result.views_per_pass) {
@@ -114,7 +121,8 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
     loss_sum += loss.item<double>();
     phases_.lap("loss");
     // The backward charges loss, exchange and rasterize_bwd at the marks forward() left, then:
-    (loss * (loss_scale / static_cast<double>(b_count * comm_.size()))).backward();
+    const int64_t copies = options_.deterministic ? 1 : comm_.size();
+    (loss * (loss_scale / static_cast<double>(b_count * copies))).backward();
     phases_.lap("project_bwd");
     if (stats) {
       torch::NoGradGuard no_grad;
@@ -141,6 +149,7 @@ std::vector<torch::Tensor> GaussianTrainer::gradients() const {
 void GaussianTrainer::apply_step(int64_t t, bool skipped, GaussianStepResult& result) {
   const int64_t s = t + 1;
   phases_.skip();  // the run's skip check since forward_backward is the run's to charge
+  const auto threads = bitwise_threads();
   if (!skipped) {
     adam_step(*optimizer_);
     ++adam_steps_;

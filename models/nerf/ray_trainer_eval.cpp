@@ -55,6 +55,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   ctx.seed = options_.seed;
   ctx.training = false;
   torch::NoGradGuard no_grad;
+  const auto threads = bitwise_threads();  // the same pixels at any thread count
   std::vector<torch::Tensor> parts;
   for (int64_t b = 0; b < n; b += chunk) {
     const int64_t m = std::min(chunk, n - b);
