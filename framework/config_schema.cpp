@@ -118,11 +118,12 @@ const std::vector<KeySpec>& framework_keys() {
       key("run", "deterministic", [](auto& c) -> auto& { return c.run.deterministic; })
           .defaults_to(true)
           .doc("Bitwise the same parameters, optimizer state, losses and metrics on any number of "
-               "ranks (at the same threads per rank): the step's work is cut into units fixed "
-               "by the data (the model section's unit_* key) and their gradients are summed in "
-               "fixed point, exactly (docs/training_loop.md, \"Bitwise at any world size\": "
-               "which models, and its price in speed). false: the float path, bitwise only at "
-               "the same world size."),
+               "ranks and at any threads per rank, for every model: the step's work is cut into "
+               "units fixed by the data (e.g. rays, shapes or image tiles; some models size them "
+               "by a unit_* key), summed exactly or in a fixed order, and torch's own "
+               "CPU ops run on one thread (docs/training_loop.md, \"Bitwise at any world "
+               "size\": what holds, and its price in speed). false: the float path, bitwise only "
+               "at the same world size and thread count."),
       key("data", "path", [](auto& c) -> auto& { return c.data.path; })
           .defaults_to("")
           .doc("Path to the dataset: a tessera-scene HDF5 file, or another kind that the model's family opens, e.g. a tessera-shapes file (docs/formats.md); empty means none."),

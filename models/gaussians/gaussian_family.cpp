@@ -222,11 +222,6 @@ GaussianTrainerOptions gaussian_trainer_options(const Config& config) {
     if (!(config.checkpoint.budget_mib > 0))
       throw UserError("checkpoint.budget_mib must be > 0 with policy = \"budget\" (the per-rank "
                       "activation memory that sets how many views a pass renders)");
-    if (o.deterministic && o.views_per_pass == 0)
-      throw UserError("checkpoint.policy = \"budget\" splits a batch's views into passes by each "
-                      "rank's share of the Gaussians, which follows the world size; with "
-                      "run.deterministic set gaussians.views_per_pass instead, or set "
-                      "run.deterministic = false");
     o.memory_budget_bytes = static_cast<int64_t>(config.checkpoint.budget_mib * 1024.0 * 1024.0);
   }
   return o;

@@ -48,7 +48,8 @@ struct GaussianTrainerOptions : GaussianConfig {
   // run.deterministic: bitwise at any world size (docs/training_loop.md, "Bitwise at any world
   // size"): one exchanged row per (tile, Gaussian) so that a Gaussian's gradient adds its tiles
   // in tile order on its owner, the image gradient passed through as every rank computes it, and
-  // passes of views_per_pass views (0: the whole batch), never the budget's per-rank split.
+  // passes of views_per_pass views (0: the budget's split as if one rank held every Gaussian,
+  // or the whole batch without a budget).
   bool deterministic = false;
 };
 
@@ -114,7 +115,8 @@ class GaussianTrainer {
   double step_cost(int64_t t) const;
   // Views per pass for step t's batch `views` (collective: views_per_pass when set, else the
   // minimum over ranks of what each rank's memory budget allows by estimate_view_bytes for the
-  // largest view of the batch, at least 1; the whole batch without a budget).
+  // largest view of the batch, at least 1 (deterministic: for all Gaussians on one rank, the
+  // same split at any world size); the whole batch without a budget).
   int64_t views_per_pass_for(int64_t t, const std::vector<int64_t>& views);
   // Estimated bytes one view of a pass holds until its backward on this rank: per local Gaussian
   // (projection, SH and their saved tensors and gradients) and per pixel (the full image, the

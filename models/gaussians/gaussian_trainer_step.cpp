@@ -37,14 +37,16 @@ torch::Tensor GaussianTrainer::target(int64_t camera_index, double scale) {
 int64_t GaussianTrainer::views_per_pass_for(int64_t t, const std::vector<int64_t>& views) {
   const int64_t b = static_cast<int64_t>(views.size());
   if (options_.views_per_pass > 0) return std::min(options_.views_per_pass, b);
-  // The bitwise path: a split by each rank's share of the Gaussians would follow the world size.
-  if (options_.memory_budget_bytes < 0 || options_.deterministic) return b;
+  if (options_.memory_budget_bytes < 0) return b;
+  // The bitwise path sizes the passes as if one rank held every Gaussian: a split by each rank's
+  // share would follow the world size, and the passes' split is part of the bits.
+  const int64_t gaussians = options_.deterministic ? global_count() : params_.size();
   int64_t pixels = 0;  // the largest view of the batch at the step's scale
   for (int64_t v : views) {
     const RenderCamera cam = make_render_camera(scene_.cameras()[v], resolution_scale_at(t));
     pixels = std::max(pixels, cam.width * cam.height);
   }
-  const int64_t per_view = estimate_view_bytes(params_.size(), pixels);
+  const int64_t per_view = estimate_view_bytes(gaussians, pixels);
   torch::Tensor fits = torch::tensor(
       {std::clamp<int64_t>(options_.memory_budget_bytes / std::max<int64_t>(1, per_view), 1, b)},
       torch::kInt64).to(comm_.device());

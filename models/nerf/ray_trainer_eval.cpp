@@ -90,6 +90,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
 
 EvalScores RayTrainer::evaluate(int64_t step, const std::vector<size_t>& views,
                              const ImageSink& on_image) {
+  const auto threads = bitwise_threads();  // the renders and their scores at any thread count
   double psnr_sum = 0.0, ssim_sum = 0.0;
   for (size_t view : views) {
     const torch::Tensor image = render_view(view, step);
