@@ -694,7 +694,9 @@ launch/gpu-check .gpu-bundle /tmp/gc --dry-run    # here: every step up to the f
   peak); `bench-gaussians-1m`, `bench-gaussians-10m` (`tessera bench gaussians --device cuda`);
   `bench-diffusion` (fp32, bf16); `train` (the three demos of `launch/demo` on CUDA, one rank:
   synth, then `tessera train` of each `configs/demo_*.toml`, with each run's time and final eval
-  record); `sanitizer` (compute-sanitizer memcheck, then racecheck, over the kernels' CUDA cases,
+  record); `repeat` (nerf-hash's and gaussians' first 50 demo steps twice each on the bitwise
+  path: `metrics.jsonl` without timings, and gaussians' PLY, must be the same bits); `sanitizer`
+  (compute-sanitizer memcheck, then racecheck, over the kernels' CUDA cases,
   while at least 60 s are left; `--sanitizer-tools` picks others). Each bench step runs even when
   an earlier one failed. `--only tests,train,...` runs a subset after `cases`, for a second call
   within a short device lease.
