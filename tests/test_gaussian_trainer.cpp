@@ -576,6 +576,33 @@ TEST_F(GaussianTrainerTest, SnapshotResumeIsExact) {
   EXPECT_EQ(single.trainer().steps_done(), kEnd);
 }
 
+// (5b) run.deterministic: the N-rank snapshot of step 3 (before the densification at s = 5 and
+// the rebalances) resumed on one rank continues to step 8 with every parameter, Adam moment,
+// densification statistic and id of the uninterrupted N-rank run, bit for bit.
+TEST_F(GaussianTrainerTest, DeterministicResumeAtAnotherWorldSizeIsBitwise) {
+  constexpr int64_t kEnd = 8;
+  gs::GaussianTrainerOptions o = densify_options();
+  o.rates.adam_eps = 1e-15;
+  o.deterministic = true;
+  GaussianRun straight(world(), *scene_, o, kEnd, dir_ + "/resume-deterministic");
+  for (int64_t t = 0; t < 3; ++t) straight.run.train_step(t);
+  const std::string early = straight.run.save_snapshot();
+  for (int64_t t = 3; t < kEnd; ++t) straight.run.train_step(t);
+  const std::vector<torch::Tensor> want = canonical_state(straight.trainer(), world());
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  GaussianRun single(self, *scene_, o, kEnd);
+  single.run.load_snapshot(early);
+  ASSERT_EQ(single.run.next_step(), 3);
+  for (int64_t t = 3; t < kEnd; ++t) single.run.train_step(t);
+  const std::vector<torch::Tensor> got = canonical_state(single.trainer(), self);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << "tensor " << i;
+    EXPECT_TRUE(torch::equal(got[i], want[i]))
+        << "tensor " << i << ": " << got[i].ne(want[i]).sum().item<int64_t>() << " values differ";
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
