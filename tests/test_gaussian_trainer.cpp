@@ -415,7 +415,8 @@ GaussianTrace trace_of(distributed::Communicator& comm, const data::SceneReader&
     const gs::GaussianStepResult r = trainer.step(t);
     trace.numbers.insert(trace.numbers.end(),
                          {r.loss, static_cast<double>(r.cloned), static_cast<double>(r.split),
-                          static_cast<double>(r.pruned), static_cast<double>(r.global_count)});
+                          static_cast<double>(r.pruned), static_cast<double>(r.global_count),
+                          static_cast<double>(r.views_per_pass)});
   }
   trace.state = canonical_state(trainer, comm);
   return trace;
@@ -438,7 +439,7 @@ TEST_F(GaussianTrainerTest, DeterministicNRanksEqualOneRankBitwise) {
   const GaussianTrace got = trace_of(world(), *scene_, o, 3);
   ASSERT_EQ(got.numbers.size(), want.numbers.size());
   for (size_t i = 0; i < want.numbers.size(); ++i)
-    EXPECT_EQ(got.numbers[i], want.numbers[i]) << "step " << i / 5 << ", number " << i % 5;
+    EXPECT_EQ(got.numbers[i], want.numbers[i]) << "step " << i / 6 << ", number " << i % 6;
   ASSERT_EQ(got.state.size(), want.state.size());
   for (size_t i = 0; i < want.state.size(); ++i) {
     ASSERT_EQ(got.state[i].sizes(), want.state[i].sizes()) << "tensor " << i;
@@ -447,13 +448,21 @@ TEST_F(GaussianTrainerTest, DeterministicNRanksEqualOneRankBitwise) {
         << got.state[i].ne(want.state[i]).sum().item<int64_t>() << " values differ";
   }
   double added = 0;  // clones and split children over the run
-  for (size_t i = 0; i < want.numbers.size(); i += 5) added += want.numbers[i + 1] + want.numbers[i + 2];
+  for (size_t i = 0; i < want.numbers.size(); i += 6) added += want.numbers[i + 1] + want.numbers[i + 2];
   EXPECT_GT(added, 0) << "the run densified";
-  // A memory budget (checkpoint.policy budget) that fits one view a pass: the split does not
-  // follow each rank's share of the Gaussians, so the bits do not either.
+  // A memory budget (checkpoint.policy budget) that fits one view a pass of every Gaussian but
+  // two of a share of them: on this path the split is the one rank's at any world size, so the
+  // bits are too (each rank's own share would give N ranks passes of 2 views).
   gs::GaussianTrainerOptions budget = o;
-  budget.memory_budget_bytes = 1;
-  EXPECT_TRUE(same_state(trace_of(world(), *scene_, budget, 2), trace_of(self, *scene_, budget, 1)));
+  const int64_t pixels =
+      static_cast<int64_t>(scene_->cameras()[0].width) * scene_->cameras()[0].height;
+  budget.memory_budget_bytes =
+      2 * gs::GaussianTrainer::estimate_view_bytes(scene_->read_points_xyz().size(0), pixels) - 1;
+  const GaussianTrace budget_one = trace_of(self, *scene_, budget, 1);
+  EXPECT_EQ(budget_one.numbers[5], 1) << "one view a pass";
+  const GaussianTrace budget_many = trace_of(world(), *scene_, budget, 2);
+  EXPECT_EQ(budget_many.numbers, budget_one.numbers);
+  EXPECT_TRUE(same_state(budget_many, budget_one));
   if (world().size() > 1) {
     o.deterministic = false;
     EXPECT_FALSE(same_state(trace_of(self, *scene_, o, 1), trace_of(world(), *scene_, o, 1)));

@@ -27,26 +27,31 @@
 namespace tessera {
 
 namespace detail {
-// Threads for Tessera's own loops while torch's ops are pinned to one thread (the bitwise path's
-// TorchOnOneThread guard); 0: torch's pool as it is.
+// Threads for Tessera's own loops on this thread while torch's ops are pinned to one (the bitwise
+// path's TorchOnOneThread guard); 0: torch's pool as it is.
 inline int& own_loop_threads() {
-  static int threads = 0;
+  thread_local int threads = 0;
   return threads;
 }
 
-// [begin, end) in `threads` chunks of at least `grain` on OpenMP threads of torch's runtime (the
-// split at::parallel_for makes), the first exception rethrown after the join.
+#ifdef _OPENMP
+// [begin, end) in at most `threads` chunks of at least `grain` on OpenMP threads of torch's
+// runtime, split as at::parallel_for splits (the chunks from the team OpenMP actually gives, a
+// constant num_threads so that libgomp keeps its pool), the first exception rethrown after the
+// join.
 template <class F>
 void own_parallel_for(int64_t begin, int64_t end, int64_t grain, int threads, const F& f) {
   const int64_t n = end - begin;
-  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-  const int64_t chunk = (n + chunks - 1) / chunks;
   std::exception_ptr error;
   std::atomic_flag failed = ATOMIC_FLAG_INIT;
-#pragma omp parallel num_threads(static_cast<int>(chunks))
+#pragma omp parallel num_threads(threads)
   {
-    const int64_t first = begin + static_cast<int64_t>(omp_get_thread_num()) * chunk;
-    if (first < end) {
+    const int64_t team = omp_get_num_threads();
+    const int64_t chunks = std::min<int64_t>(team, (n + grain - 1) / grain);
+    const int64_t chunk = (n + chunks - 1) / chunks;
+    const int64_t tid = omp_get_thread_num();
+    const int64_t first = begin + tid * chunk;
+    if (tid < chunks && first < end) {
       try {
         f(first, std::min(end, first + chunk));
       } catch (...) {
@@ -56,6 +61,7 @@ void own_parallel_for(int64_t begin, int64_t end, int64_t grain, int threads, co
   }
   if (error) std::rethrow_exception(error);
 }
+#endif
 }  // namespace detail
 
 // Runs f(chunk_begin, chunk_end) over [begin, end) in chunks of at least `grain`, as

@@ -85,7 +85,6 @@ DiffusionFamily::DiffusionFamily(const FamilyContext& c)
   d.heads = options_.heads;
   d.channels = kChannels;
   d.dropout = options_.dropout;
-  d.thread_invariant = c.config.run.deterministic;
   model_ = std::make_unique<PointDenoiser>(d, seed_, device_);
   const auto [first, last] = even_slice(options_.batch, comm_.rank(), comm_.size());
   const int64_t mine = last - first;

@@ -25,21 +25,12 @@ constexpr double kMaxPeriod = 10000.0;
 // The seed of the dry forwards' inputs (their values do not change what is stored).
 constexpr uint64_t kMeasureSeed = 0x4d454153ull;  // "MEAS"
 
-// Layer norm of x [..., w] over its last dimension (DenoiserOptions::thread_invariant).
-torch::Tensor normalize(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias, bool thread_invariant) {
-  const int64_t w = x.size(-1);
-  if (!thread_invariant) return torch::layer_norm(x, {w}, weight, bias);
-  return torch::addcmul(bias, torch::layer_norm(x, {w}), weight);
-}
-
 // Q, K, V [B, heads, N, d] of the block input h [B, N, w]: its layer norm and QKV projection.
 std::vector<torch::Tensor> project_qkv(const torch::Tensor& h, const torch::Tensor& norm_w,
                                        const torch::Tensor& norm_b, const torch::Tensor& qkv_w,
-                                       const torch::Tensor& qkv_b, int64_t heads,
-                                       bool thread_invariant_norm) {
+                                       const torch::Tensor& qkv_b, int64_t heads) {
   const int64_t batch = h.size(0), tokens = h.size(1), w = h.size(2);
-  const torch::Tensor a = normalize(h, norm_w, norm_b, thread_invariant_norm);
+  const torch::Tensor a = torch::layer_norm(h, {w}, norm_w, norm_b);
   const torch::Tensor qkv = torch::linear(a, qkv_w, qkv_b)
                                 .view({batch, tokens, 3, heads, w / heads})
                                 .permute({2, 0, 3, 1, 4});  // [3, B, heads, tokens, w / heads]
@@ -58,16 +49,13 @@ class KeepAttentionOutput : public torch::autograd::Function<KeepAttentionOutput
                                                 const torch::Tensor& h, const torch::Tensor& norm_w,
                                                 const torch::Tensor& norm_b,
                                                 const torch::Tensor& qkv_w,
-                                                const torch::Tensor& qkv_b, int64_t heads,
-                                                bool thread_invariant_norm) {
+                                                const torch::Tensor& qkv_b, int64_t heads) {
     const AutocastState autocast = capture_autocast();
-    const std::vector<torch::Tensor> q_k_v =
-        project_qkv(h, norm_w, norm_b, qkv_w, qkv_b, heads, thread_invariant_norm);
+    const std::vector<torch::Tensor> q_k_v = project_qkv(h, norm_w, norm_b, qkv_w, qkv_b, heads);
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q_k_v[0], q_k_v[1], q_k_v[2]);
     const torch::Tensor tokens_major = out.transpose(1, 2).contiguous();  // [B, N, heads, d]
     ctx->save_for_backward({h, norm_w, norm_b, qkv_w, qkv_b, tokens_major, lse});
     ctx->saved_data["heads"] = heads;
-    ctx->saved_data["thread_invariant_norm"] = thread_invariant_norm;
     ctx->saved_data["cpu_autocast"] = autocast.cpu_enabled;
     ctx->saved_data["cpu_dtype"] = static_cast<int64_t>(autocast.cpu_dtype);
     return {tokens_major};
@@ -85,8 +73,7 @@ class KeepAttentionOutput : public torch::autograd::Function<KeepAttentionOutput
       AutocastReplay replay(state);  // the forward's Q, K, V dtypes
       torch::AutoGradMode grad_on(true);
       q_k_v = project_qkv(h, saved[1], saved[2], saved[3], saved[4],
-                          ctx->saved_data["heads"].toInt(),
-                          ctx->saved_data["thread_invariant_norm"].toBool());
+                          ctx->saved_data["heads"].toInt());
     }
     const torch::Tensor out = saved[5].transpose(1, 2);  // [B, heads, N, d]
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
@@ -96,37 +83,9 @@ class KeepAttentionOutput : public torch::autograd::Function<KeepAttentionOutput
     for (int i = 1; i <= 4; ++i) wrt.push_back(saved[i]);
     const auto g = torch::autograd::grad(q_k_v, wrt, {dq, dk, dv}, /*retain_graph=*/false,
                                          /*create_graph=*/false, /*allow_unused=*/true);
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor()};
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor()};
   }
 };
-
-// Softmax over the last dimension whose backward is the same at any thread count
-// (DenoiserOptions::thread_invariant): torch's CPU softmax backward is not. The gradient is
-// p * (g - sum(g * p)) with each row's sum taken whole by one thread.
-class RowSoftmax : public torch::autograd::Function<RowSoftmax> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                const torch::Tensor& scores) {
-    const torch::Tensor p = torch::softmax(scores, -1);
-    ctx->save_for_backward({p});
-    return {p};
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const torch::Tensor p = ctx->get_saved_variables()[0];
-    const torch::Tensor& g = grads[0];
-    return {p * (g - (g * p).sum(-1, /*keepdim=*/true))};
-  }
-};
-
-// Attention of Q, K, V [B, heads, N, d] with dropout p on the attention weights, as
-// scaled_dot_product_attention's math path computes it, but with RowSoftmax.
-torch::Tensor attention_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
-                                     const torch::Tensor& v, double p) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  const torch::Tensor weights = RowSoftmax::apply(torch::matmul(q, k.transpose(-2, -1)) * scale)[0];
-  return torch::matmul(torch::dropout(weights, p, /*train=*/true), v);
-}
 
 }  // namespace
 
@@ -233,11 +192,7 @@ torch::Tensor PointDenoiser::block(int64_t k, const torch::Tensor& h, bool train
                        const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
     const std::vector<torch::Tensor> q_k_v =
         project_qkv(in[0], param(b + "norm1_w"), param(b + "norm1_b"), param(b + "qkv_w"),
-                    param(b + "qkv_b"), heads, options_.thread_invariant);
-    // With dropout, torch's CPU attention takes its math path, whose softmax backward follows
-    // the thread count.
-    if (options_.thread_invariant && p > 0.0 && in[0].device().is_cpu())
-      return {attention_with_dropout(q_k_v[0], q_k_v[1], q_k_v[2], p)};
+                    param(b + "qkv_b"), heads);
     return {at::scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2], {}, p)};
   };
   const torch::Tensor attended =
@@ -252,19 +207,18 @@ bool PointDenoiser::keeps_attention_output(const torch::Tensor& h, bool training
 torch::Tensor PointDenoiser::kept_attention_output(int64_t k, const torch::Tensor& h) const {
   const std::string b = "block" + std::to_string(k) + ".";
   return KeepAttentionOutput::apply(h, param(b + "norm1_w"), param(b + "norm1_b"),
-                                    param(b + "qkv_w"), param(b + "qkv_b"), options_.heads,
-                                    options_.thread_invariant)[0]
+                                    param(b + "qkv_w"), param(b + "qkv_b"), options_.heads)[0]
       .view({h.size(0), h.size(1), options_.width});
 }
 
 torch::Tensor PointDenoiser::residual_tail(int64_t k, const torch::Tensor& h,
                                            const torch::Tensor& attended, bool training) const {
   const std::string b = "block" + std::to_string(k) + ".";
+  const int64_t w = options_.width;
   const double p = training ? options_.dropout : 0.0;
   torch::Tensor x = h + torch::dropout(torch::linear(attended, param(b + "proj_w"),
                                                      param(b + "proj_b")), p, training);
-  const torch::Tensor n =
-      normalize(x, param(b + "norm2_w"), param(b + "norm2_b"), options_.thread_invariant);
+  const torch::Tensor n = torch::layer_norm(x, {w}, param(b + "norm2_w"), param(b + "norm2_b"));
   const torch::Tensor mlp = torch::linear(
       torch::gelu(torch::linear(n, param(b + "fc1_w"), param(b + "fc1_b"))), param(b + "fc2_w"),
       param(b + "fc2_b"));
@@ -305,8 +259,8 @@ torch::Tensor PointDenoiser::forward(const torch::Tensor& x, const torch::Tensor
     h = recompute.block(k) ? recomputed_block(k, h, training, checkpointing)
                            : block(k, h, training, recompute.attention, checkpointing);
   }
-  const torch::Tensor out = normalize(h.narrow(1, 1, h.size(1) - 1), param("final_norm_w"),
-                                      param("final_norm_b"), options_.thread_invariant);
+  const torch::Tensor out = torch::layer_norm(h.narrow(1, 1, h.size(1) - 1), {w},
+                                              param("final_norm_w"), param("final_norm_b"));
   return torch::linear(out, param("output_w"), param("output_b"));
 }
 

@@ -43,11 +43,6 @@ struct DenoiserOptions {
   int64_t heads = 4;
   int64_t channels = 6;  // xyz, rgb
   double dropout = 0.0;
-  // Gradients that are the same at any thread count (run.deterministic; docs/training_loop.md),
-  // where torch's fused CPU kernels add per-thread partial sums: layer norms as the norm without
-  // its affine, then the affine as its own op (one more [B, N, width] tensor kept per norm), and,
-  // with dropout, attention as its math path with a softmax whose backward sums each row whole.
-  bool thread_invariant = false;
 };
 
 class PointDenoiser {
