@@ -71,8 +71,7 @@ DataParallelFamily::MicroBatchLoss DataParallelFamily::unit_loss(const StepContr
 }
 
 std::optional<TorchOnOneThread> DataParallelFamily::bitwise_threads() const {
-  if (!deterministic_ || !device_.is_cpu()) return std::nullopt;
-  return std::optional<TorchOnOneThread>(std::in_place);
+  return torch_on_one_thread_if(deterministic_, device_);
 }
 
 void DataParallelFamily::units_forward_backward(const StepControl& control,

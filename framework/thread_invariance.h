@@ -13,7 +13,10 @@
 // written to give the same bits for any split (kernels/cpu/parallel.h), keep every thread.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdlib>
+#include <optional>
 
 namespace tessera {
 
@@ -45,5 +48,13 @@ class TorchOnOneThread {
   int torch_threads_;     // torch's count before
   int own_loop_threads_;  // Tessera's loops' before (0: torch's)
 };
+
+// A TorchOnOneThread for the bitwise path's CPU work (`bitwise` is run.deterministic); empty
+// elsewhere (the float path, or a GPU, whose kernels do not split by CPU threads).
+inline std::optional<TorchOnOneThread> torch_on_one_thread_if(bool bitwise,
+                                                              const c10::Device& device) {
+  if (!bitwise || !device.is_cpu()) return std::nullopt;
+  return std::optional<TorchOnOneThread>(std::in_place);
+}
 
 }  // namespace tessera

@@ -265,10 +265,6 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
                                   : received_side.select(1, 1);
     const torch::Tensor r =
         of_view.defined() ? received.index_select(0, of_view.to(device)) : received;  // [m, 10]
-    const torch::Tensor radii =
-        (of_view.defined() ? received_side.select(1, 0).index_select(0, of_view)
-                           : received_side.select(1, 0))
-            .to(device, torch::kInt32);
     torch::Tensor partial;
     if (r.size(0) > 0 && tile_mask.any().item<bool>()) {
       const torch::Tensor means2d = r.slice(1, 0, 2), depths = r.select(1, 9);
@@ -279,6 +275,10 @@ std::vector<torch::Tensor> GaussianTrainer::forward(const std::vector<data::Came
         bins.tile_offsets = bins.tile_offsets.to(device);
         bins.gaussian_ids = bins.gaussian_ids.to(device);
       } else {
+        const torch::Tensor radii =
+            (of_view.defined() ? received_side.select(1, 0).index_select(0, of_view)
+                               : received_side.select(1, 0))
+                .to(device, torch::kInt32);
         bins = bin_in_id_order(means2d.detach(), radii, depths.detach(), ids, cam.width,
                                cam.height, ts, tile_mask.to(device));
       }

@@ -64,8 +64,7 @@ void GaussianTrainer::set_learning_rates(int64_t s) {
 }
 
 std::optional<TorchOnOneThread> GaussianTrainer::bitwise_threads() const {
-  if (!options_.deterministic || !params_.means.is_cpu()) return std::nullopt;
-  return std::optional<TorchOnOneThread>(std::in_place);
+  return torch_on_one_thread_if(options_.deterministic, params_.means.device());
 }
 
 GaussianStepResult GaussianTrainer::step(int64_t t) {
