@@ -5,7 +5,9 @@
 // between the train views of the spiral) scores its val views close to its train views. With the
 // finest resolution pinned at 2048 and every level on from the start (what the capture config
 // used to say) the same run fits the train views as well and renders the val views as fog:
-// eval 12.97 dB against 23.73 on the train views (measured by hand, docs/nerf.md).
+// eval 12.97 dB against 23.73 on the train views (measured by hand, docs/nerf.md). With the finest
+// resolution from the images and coarse to fine but 2^17 rows, no decay and white holes (the
+// config of before this test's present bounds): 21.24 against 27.89, gap 6.65.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -35,10 +37,11 @@ constexpr int kViews = 48;
 constexpr int kSide = 96;
 constexpr int kSteps = 600;
 // The fog (N_max 2048, one process): eval 12.97 dB, 10.8 dB below the train views. This test's
-// run (2 ranks, N_max 611 from the images, coarse to fine 0.5): eval 21.09, train 28.15, gap 7.06.
-// 3DGS on the same scene: 23.64, gap 3.7. The aim, a gap within 2 dB, is not reached.
-constexpr double kMaxGap = 8.0;
-constexpr double kMinEvalPsnr = 18.0;
+// run (2 ranks; N_max 610 and 2^15 rows from the images, coarse to fine 0.5, hash-grid decay 0.1,
+// the far colour in the holes), two seeds by hand: eval 23.58 and 23.01, gaps 3.11 and 3.31.
+// 3DGS on the same scene: 23.64, gap 3.7. A gap within 2 dB is not reached.
+constexpr double kMaxGap = 4.5;
+constexpr double kMinEvalPsnr = 22.0;
 
 struct Scores {
   double eval_psnr = 0, train_psnr = 0;

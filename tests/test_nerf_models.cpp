@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "distributed/errors.h"
 #include "framework/checkpoint_policy.h"
 #include "framework/config.h"
 #include "framework/family.h"
@@ -22,6 +23,7 @@
 #include "models/nerf/ray_model.h"
 #include "models/nerf/nerf_family.h"
 #include "models/nerf/nerf_common.h"
+#include "models/nerf/nerf_config.h"
 #include "models/nerf/nerf_hash.h"
 #include "models/nerf/nerf_mlp.h"
 #include "models/nerf/occupancy_grid.h"
@@ -322,6 +324,94 @@ TEST(NerfTraining, UnboundedHashGridContractsAndLearnsTheSphere) {
   EXPECT_GT(first_c / last_c, 5.0);
 }
 
+// Eval on an unbounded scene (RayBatch::last_sample_background): what a ray's transmittance
+// leaves after its last sample takes that sample's colour, so the dataset's background never
+// shows through a ray that slips between the far density; a ray without samples keeps the
+// background. Bounded models, whose empty space really shows the background, ignore the flag.
+TEST(NerfHashBackground, LastSampleColourFillsWhatTheRayLeavesOnUnboundedScenes) {
+  ModelContext context = scene_context();
+  context.scene_extent = {-8, -8, -8, 8, 8, 8};
+  auto model = std::make_unique<nerf::NerfHash>(nerf::NerfHashOptions{}, context, 7);
+  RayBatch rays = sphere_rays(4, 1);
+  rays.far = torch::full({rays.far.size(0)}, 7.5f);
+  rays.far[0] = rays.near[0];  // no samples
+  torch::NoGradGuard no_grad;
+  auto render = [&](Model& m, float background, bool last_sample) {
+    RayBatch r = rays;
+    r.background = torch::full({3}, background);
+    r.last_sample_background = last_sample;
+    return m.render(r, StepContext{0, 3, false});
+  };
+  const RenderResult white = render(*model, 1.0f, true), black = render(*model, 0.0f, true);
+  ASSERT_LT(white.opacity.slice(0, 1).min().item<float>(), 0.999f)
+      << "an untrained model leaves transmittance for the fill to show";
+  EXPECT_TRUE(torch::equal(white.rgb.slice(0, 1), black.rgb.slice(0, 1)))
+      << "rays with samples never show the background";
+  EXPECT_TRUE(torch::equal(white.rgb[0], torch::ones({3})));
+  EXPECT_TRUE(torch::equal(black.rgb[0], torch::zeros({3})));
+  // The fill is one sample's colour (in [0, 1]), weighted by the transmittance left.
+  const auto fill = (white.rgb - render(*model, 0.0f, false).rgb).slice(0, 1);
+  const auto left = (1.0f - white.opacity.slice(0, 1)).unsqueeze(1);
+  EXPECT_TRUE((fill >= -1e-6f).all().item<bool>());
+  EXPECT_TRUE((fill <= left + 1e-6f).all().item<bool>());
+  // Off, the background shows where transmittance is left.
+  EXPECT_FALSE(torch::equal(render(*model, 1.0f, false).rgb, render(*model, 0.0f, false).rgb));
+  // Bounded: the flag changes nothing.
+  auto bounded = create("nerf-hash");
+  rays.far = torch::full({rays.far.size(0)}, 4.0f);
+  EXPECT_FALSE(torch::equal(render(*bounded, 1.0f, true).rgb, render(*bounded, 0.0f, true).rgb));
+  EXPECT_TRUE(torch::equal(render(*bounded, 1.0f, true).rgb, render(*bounded, 1.0f, false).rgb));
+}
+
+// nerf.hash_weight_decay: a training render's regularization is weight_decay * (its rays) * the
+// sum over levels of each level's mean squared feature (divided by the step's rays in training,
+// so once per step), none without gradients or at 0; trained with it, the sphere is still
+// learned and the table ends smaller than without it.
+TEST(NerfHashWeightDecay, AddsTheLevelsMeanSquaredFeatureOncePerStep) {
+  ModelContext context = scene_context();
+  nerf::NerfHashOptions options;
+  options.weight_decay = 0.1f;
+  nerf::NerfHash model(options, context, 7);
+  const RayBatch rays = sphere_rays(4, 1);
+  const torch::Tensor table = model.parameter_groups()[0].params[0];
+  ASSERT_EQ(table.dim(), 3);
+  const double expected = 0.1 * static_cast<double>(rays.origins.size(0)) *
+                          table.detach().square().mean({1, 2}).sum().item<double>();
+  const RenderResult out = model.render(rays, StepContext{0, 3, true});
+  ASSERT_TRUE(out.regularization.defined());
+  EXPECT_NEAR(out.regularization.item<double>(), expected, 1e-6 * expected);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(model.render(rays, StepContext{0, 3, false}).regularization.defined());
+  }
+  nerf::NerfHash plain(nerf::NerfHashOptions{}, context, 7);
+  EXPECT_FALSE(plain.render(rays, StepContext{0, 3, true}).regularization.defined());
+
+  // Trained (the photometric loss plus the decay per ray, as RayTrainer adds them).
+  auto train = [](nerf::NerfHash& m) {
+    const auto batch = sphere_rays(12);
+    torch::optim::Adam adam(all_params(m), torch::optim::AdamOptions(1e-2).eps(1e-15));
+    for (int step = 0; step < 40; ++step) {
+      adam.zero_grad();
+      const RenderResult r = m.render(batch, StepContext{step, 3, true});
+      auto loss = loss_of(r, batch);
+      if (r.regularization.defined()) loss = loss + r.regularization / batch.origins.size(0);
+      loss.backward();
+      adam.step();
+    }
+    torch::NoGradGuard no_grad;
+    return std::make_pair(loss_of(m.render(batch, StepContext{40, 3, false}), batch).item<double>(),
+                          m.parameter_groups()[0].params[0].square().mean().item<double>());
+  };
+  nerf::NerfHash decayed(options, context, 7), undecayed(nerf::NerfHashOptions{}, context, 7);
+  const auto [loss_decayed, table_decayed] = train(decayed);
+  const auto [loss_plain, table_plain] = train(undecayed);
+  std::printf("sphere after 40 steps: loss %.5f with decay, %.5f without; mean squared feature "
+              "%.3g vs %.3g\n", loss_decayed, loss_plain, table_decayed, table_plain);
+  EXPECT_LE(loss_decayed, 2.0 * loss_plain) << "the decay leaves what the rays support";
+  EXPECT_LT(table_decayed, 0.5 * table_plain);
+}
+
 // Samples behind where a ray's transmittance ends are left out of the render (docs/nerf.md,
 // nerf-hash step 5), and the colors, opacities and gradients are those of rendering every
 // marched sample. The density MLP's log-density bias is raised by 6 (sigma ~ 400 at init, a few
@@ -493,6 +583,33 @@ TEST(NerfHashResolution, FinestResolutionFollowsThePixelFootprint) {
   ASSERT_TRUE(unbounded.contracted());
   EXPECT_FLOAT_EQ(unbounded.frame_half_width(), 3.0f);
   EXPECT_EQ(unbounded.finest_resolution(), 360);
+}
+
+// nerf.hash_log2_size = 0: rows per level from the train views' pixels, at least 10 per row, as a
+// power of two within [2^14, 2^17]; 2^15 without cameras; a size of 1-9 is refused.
+TEST(NerfHashResolution, TableSizeFollowsTheTrainingPixels) {
+  nerf::NerfHashOptions options;
+  options.log2_hashmap_size = 0;
+  auto log2_size = [&](int64_t pixels) {
+    ModelContext context = scene_context();
+    context.train_pixels = pixels;
+    return nerf::NerfHash(options, context, 0).log2_hashmap_size();
+  };
+  EXPECT_EQ(log2_size(0), 15) << "unknown: the default";
+  EXPECT_EQ(log2_size(36 * 96 * 96), 15);     // 33,177 rows: 2^15 = 32,768 fits
+  EXPECT_EQ(log2_size(32767 * 10), 14);       // one row short of 2^15
+  EXPECT_EQ(log2_size(9 * 270 * 480), 16);    // 116,640 rows: 2^16.8
+  EXPECT_EQ(log2_size(70 * 302 * 403), 17);   // 852k rows: at the upper bound
+  EXPECT_EQ(log2_size(1000), 14);             // at the lower bound
+  nerf::NerfHash model(options, scene_context(), 0);
+  EXPECT_EQ(model.parameter_groups()[0].params[0].size(1), int64_t{1} << 15) << "the table's rows";
+  FamilyRegistry families;
+  tessera::models::register_builtin_families(families);
+  const Config bad = parse_config("[nerf]\nhash_log2_size = 5\n", "bad.toml");
+  EXPECT_THROW(nerf::check_nerf_config(bad.section<nerf::NerfConfig>(), "bad.toml"),
+               tessera::UserError);
+  const Config from_images = parse_config("[nerf]\nhash_log2_size = 0\n", "ok.toml");
+  EXPECT_NO_THROW(nerf::check_nerf_config(from_images.section<nerf::NerfConfig>(), "ok.toml"));
 }
 
 // nerf.hash_coarse_to_fine: levels past the coarsest third do not touch the density before their

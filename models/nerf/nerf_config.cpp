@@ -74,8 +74,8 @@ config_schema::SectionSpec nerf_config_section() {
           .only_for({kHash})
           .doc("Features F per level (instant-ngp: 2, its best trade-off of quality and speed)."),
       nerf_key("hash_log2_size", [](auto& n) -> auto& { return n.hash.log2_hashmap_size; })
-          .range(10, 24).only_for({kHash})
-          .doc("log2 of the rows T per level (instant-ngp: 19); the table holds L * T * F parameters."),
+          .range(0, 24).only_for({kHash})
+          .doc("log2 of the rows T per level (instant-ngp: 19); the table holds L * T * F parameters. 0 = from the images: the largest power of two at most the train views' pixels / 10, within 2^14 to 2^17 (larger tables train slower on a CPU), logged (a point of a capture is seen by ~10 views: with many more rows than pixels / 10, fine rows are fitted by single rays and new views see fog; with far fewer the photos blur; docs/nerf.md). Otherwise 10 to 24."),
       nerf_key("hash_base_resolution", [](auto& n) -> auto& { return n.hash.base_resolution; })
           .range(2, 1024).only_for({kHash})
           .doc("The coarsest level's resolution N_min (instant-ngp: 16)."),
@@ -104,6 +104,9 @@ config_schema::SectionSpec nerf_config_section() {
       nerf_key("near_gradient_distance", [](auto& n) -> auto& { return n.hash.near_gradient_distance; })
           .range(0.0, 100.0).only_for({kHash})
           .doc("Scales the gradients of samples nearer to their camera than this distance by (t / distance)^2, leaving the render unchanged (\"Floaters No More\", Philip and Deschaintre 2023): without it, density just in front of each camera learns fastest and paints that view there, floaters that other views see as fog. In the frame of an unbounded scene, whose [-1, 1]^3 holds the foreground and the cameras, so 1 is about a camera's distance to the scene. Unbounded scenes (real captures) only. 0 = off."),
+      nerf_key("hash_weight_decay", [](auto& n) -> auto& { return n.hash.weight_decay; })
+          .range(0.0, 10.0).only_for({kHash})
+          .doc("Weight of Zip-NeRF's normalized weight decay on the hash grid: the sum over levels of each level's mean squared feature, added once per step to the photometric loss. Under Adam a row that no ray's gradient supports decays toward zero within a few hundred steps, so a fine cell fitted by one training ray fades and new views see the coarser levels that many views agree on (docs/nerf.md, \"Generalizing to new views\"). Zip-NeRF: 0.1; 0 = off."),
       nerf_key("hash_coarse_to_fine", [](auto& n) -> auto& { return n.hash.coarse_to_fine; })
           .range(0.0, 1.0).only_for({kHash})
           .doc("Switches the hash grid's levels on one after another over this fraction of the planned steps, from the coarsest third (BARF, Neuralangelo): the scene's shape settles on the coarse levels before the fine ones can fit each training ray on its own, which new views see as fog (docs/nerf.md, \"Generalizing to new views\"). Rescaled when a time budget re-plans the steps. 0 = every level from the start."),
@@ -140,6 +143,9 @@ void check_nerf_config(const NerfConfig& config, const std::string& origin) {
                     std::to_string(config.hash.finest_resolution) +
                     ") must be at least nerf.hash_base_resolution (" +
                     std::to_string(config.hash.base_resolution) + ")");
+  if (config.hash.log2_hashmap_size != 0 && config.hash.log2_hashmap_size < 10)
+    throw UserError(where + "nerf.hash_log2_size (" + std::to_string(config.hash.log2_hashmap_size) +
+                    ") must be 0 (from the images) or 10 to 24");
   if (config.mlp.skip_layer >= config.mlp.layers)
     throw UserError(where + "nerf.mlp_skip_layer (" + std::to_string(config.mlp.skip_layer) +
                     ") must be less than nerf.mlp_layers (" + std::to_string(config.mlp.layers) +

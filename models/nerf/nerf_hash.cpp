@@ -45,6 +45,12 @@ int NerfHash::auto_finest_resolution() const {
                                      static_cast<double>(kMaxFinestResolution)));
 }
 
+int NerfHash::auto_log2_hashmap_size() const {
+  if (context_.train_pixels <= 0) return kFallbackLog2Size;
+  const double rows = static_cast<double>(context_.train_pixels) / kPixelsPerRow;
+  return std::clamp(static_cast<int>(std::floor(std::log2(rows))), kMinAutoLog2Size, kMaxAutoLog2Size);
+}
+
 NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, uint64_t seed)
     : options_(options),
       context_(context),
@@ -81,6 +87,7 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
     step_size_ = static_cast<float>(diag / options_.steps_per_diagonal);
   }
   if (options_.finest_resolution == 0) options_.finest_resolution = auto_finest_resolution();
+  if (options_.log2_hashmap_size == 0) options_.log2_hashmap_size = auto_log2_hashmap_size();
   encoding_.levels = options_.levels;
   encoding_.features_per_level = options_.features_per_level;
   encoding_.log2_hashmap_size = options_.log2_hashmap_size;
@@ -288,7 +295,14 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
 
   const auto out = kernels::volume_render(sigmas, rgbs, march.deltas, march.ts, march.ray_offsets);
   RenderResult result;
-  result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * rays.background.reshape({-1, 3});
+  torch::Tensor background = rays.background.reshape({-1, 3});
+  if (contract_ && rays.last_sample_background && march.ts.size(0) > 0) {
+    const auto last = march.ray_offsets.slice(0, 1) - 1;  // [R]; -1 for a ray without samples
+    const auto has_sample = (last >= march.ray_offsets.slice(0, 0, -1)).unsqueeze(1);
+    background = torch::where(has_sample, rgbs.index_select(0, last.clamp_min(0)),
+                              background.expand({last.size(0), 3}));
+  }
+  result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * background;
   result.opacity = out.opacity;
   result.depth = contract_ ? out.depth / frame_scale_ : out.depth;  // world units
   result.samples = marched;
@@ -301,6 +315,14 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
         distortion_loss(out.weights, s(march.ts - half), s(march.ts + half), march.ray_offsets,
                         march.ray_indices)
             .sum();
+  }
+  if (options_.weight_decay > 0 && differentiate) {
+    // regularization is summed over the batch's rays and divided by the step's global ray count,
+    // so weighting the decay by this batch's rays adds it once per step over every micro-batch
+    // and rank.
+    auto decay = (options_.weight_decay * static_cast<double>(rays.origins.size(0))) *
+                 embeddings_.square().mean({1, 2}).sum();
+    result.regularization = result.regularization.defined() ? result.regularization + decay : decay;
   }
   lap(context, "composite");
   return result;
@@ -353,6 +375,10 @@ std::unique_ptr<Model> make_nerf_hash(const Config& config, const ModelContext& 
     spdlog::info("nerf-hash: finest resolution {} from the images (a pixel spans {:.4g} world units "
                  "at the foreground's center; nerf.hash_max_resolution = 0)",
                  model->finest_resolution(), context.pixel_footprint);
+  if (options.log2_hashmap_size == 0)
+    spdlog::info("nerf-hash: 2^{} rows per level from the images ({} training pixels, at least 10 per row; "
+                 "nerf.hash_log2_size = 0)",
+                 model->log2_hashmap_size(), context.train_pixels);
   return model;
 }
 

@@ -24,6 +24,7 @@ struct NerfHashOptions {
   // demo that is 152, and 12 levels from 16 keep b ~ 1.22, near instant-ngp's ~1.38-1.5 spacing.
   int levels = 12;
   int features_per_level = 2;   // F = 2: instant-ngp's best quality/speed trade-off
+  // 0 = from the images: see NerfHash::auto_log2_hashmap_size.
   int log2_hashmap_size = 15;   // T = 32768 rows: 12*32768*2 = 786k parameters (3 MiB); levels
                                 // past ~31^3 vertices hash, collisions are resolved by the MLP
   int base_resolution = 16;     // N_min of instant-ngp
@@ -60,6 +61,12 @@ struct NerfHashOptions {
   // start. The renders at a step depend on (step, planned steps) only, so ranks and resumed runs
   // agree. Measured in docs/nerf.md, "Generalizing to new views".
   float coarse_to_fine = 0.0f;
+  // Zip-NeRF's normalized weight decay: weight_decay * sum over levels of the mean squared feature
+  // of the level's table, once per step (each micro-batch adds its share of the global batch's
+  // rays). Adam normalizes gradients per row, so a row whose only gradient is the decay steps
+  // toward zero at the learning rate, while rows the photos support hardly feel it: what survives
+  // is what many rays agree on. 0 = off.
+  float weight_decay = 0.0f;
   // The occupancy threshold (grid.threshold, instant-ngp's NERF_MIN_OPTICAL_THICKNESS) applies to
   // sigma times instant-ngp's step, diagonal / 1024 (its NERF_STEPS), whatever step is marched:
   // with the marching step instead, every cell of an untrained model (sigma ~ 1) would stay
@@ -106,6 +113,7 @@ class NerfHash : public Model {
   float frame_half_width() const { return 1.0f / frame_scale_; }
   // N_max in use: the configured one, or the one chosen from the images.
   int finest_resolution() const { return options_.finest_resolution; }
+  int log2_hashmap_size() const { return options_.log2_hashmap_size; }
   // sigma at world positions [M, 3] (differentiable).
   torch::Tensor density(const torch::Tensor& positions);
   // sigma at positions in the occupancy grid's space [M, 3]: world (bounded scenes) or the
@@ -125,6 +133,10 @@ class NerfHash : public Model {
   // N_max from the images: the grid's side (world units) over ModelContext::pixel_footprint,
   // within [base_resolution, kMaxFinestResolution]; kFallbackFinestResolution without cameras.
   int auto_finest_resolution() const;
+  // T from the images: the largest power of two with at least kPixelsPerRow training pixels
+  // (ModelContext::train_pixels) per row, within [2^kMinAutoLog2Size, 2^kMaxAutoLog2Size]; 2^15
+  // without cameras.
+  int auto_log2_hashmap_size() const;
   // The hash encoding of points in the grid's [0, 1]^3, times the coarse-to-fine level weights.
   torch::Tensor encode(const torch::Tensor& unit) const;
   // The level weights at `step` of total_steps_ (undefined when every level is fully on); kept
@@ -140,6 +152,18 @@ class NerfHash : public Model {
   static constexpr double kCellsPerPixelFootprint = 1.5;
   static constexpr int kMaxFinestResolution = 1 << 16;
   static constexpr int kFallbackFinestResolution = 256;
+  // Training pixels per table row and level, at least. A surface point of a capture is seen by
+  // ~10 of its views, so with T <= pixels / 10 a fine level's row is constrained by about as many
+  // rays as one point has views; with many more rows than that, rows are fitted by single rays. Measured
+  // (docs/nerf.md, "Hash-grid weight decay and the far colour"): a 332k-pixel scene generalized
+  // best at 2^15 (2^13 and 2^17 worse), an 8.5M-pixel capture lost 2.6 dB at 2^15 against 2^17.
+  // The upper bound is the CPU's: at 2^19 (instant-ngp's size) that capture trained at 3.6k rays/s
+  // instead of 6.7k, half the steps in its 15 minutes, and lost 1.2 dB against 2^17. On a GPU a
+  // larger table may pay; set nerf.hash_log2_size.
+  static constexpr double kPixelsPerRow = 10.0;
+  static constexpr int kMinAutoLog2Size = 14;
+  static constexpr int kMaxAutoLog2Size = 17;
+  static constexpr int kFallbackLog2Size = 15;
 
   NerfHashOptions options_;
   ModelContext context_;

@@ -28,6 +28,8 @@ ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Dev
     }
     first = false;
     footprints.push_back(std::sqrt(d2) / std::sqrt(camera.fx * camera.fy));
+    if (camera.split == data::Split::Train)
+      context.train_pixels += int64_t{camera.width} * int64_t{camera.height};
   }
   if (!footprints.empty()) {
     std::nth_element(footprints.begin(), footprints.begin() + footprints.size() / 2, footprints.end());

@@ -28,6 +28,12 @@ struct RayBatch {
   torch::Tensor target_rgb;  // [R, 3] float32 in [0, 1], composited over `background`; undefined
                              // when rendering without a target
   torch::Tensor background;  // [3] float32 in [0, 1], or [R, 3] per ray (random backgrounds)
+  // Unbounded scenes in eval and render (RayTrainer): every ray of a capture ends on something, so
+  // the transmittance a ray has left after its last sample takes that sample's colour (nerfacto's
+  // "last_sample" background), not `background`: a val ray that slips between the far shell's
+  // density shows the far colour around it, not the dataset's white. Rays without a sample keep
+  // `background`. Models that do not contract space ignore it.
+  bool last_sample_background = false;
   torch::Tensor ray_ids;     // [R] int64: each ray's index in the step's global batch (seeds
                              // per-ray randomness such as sample jitter)
 };
@@ -79,6 +85,9 @@ struct ModelContext {
   // (distance from the camera to that center) / (focal length in pixels). 0 = unknown (a context
   // built in code). What the images can resolve there, which sizes nerf-hash's finest level.
   double pixel_footprint = 0.0;
+  // Pixels of the train split's views (0 = unknown, a context built in code): how many rays
+  // constrain the model, which sizes nerf-hash's table when nerf.hash_log2_size = 0.
+  int64_t train_pixels = 0;
   torch::Device device = torch::kCPU;
 
   // The scene's geometry from a dataset's root attributes and cameras.

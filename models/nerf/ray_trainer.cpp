@@ -211,7 +211,7 @@ std::string RayTrainer::overfitting_causes() const {
          "from the others (nerf.near_gradient_distance, nerf.distortion_weight); "
          "(5) a hash grid finer than the photos, whose fine cells each training ray fits on its "
          "own (nerf.hash_max_resolution = 0 sizes it from the images; nerf.hash_coarse_to_fine; "
-         "a smaller nerf.hash_log2_size); "
+         "nerf.hash_weight_decay; a smaller nerf.hash_log2_size); "
          "(6) view-dependent color explaining what geometry should (too few views for the "
          "color MLP's directions).";
 }

@@ -65,6 +65,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
     rays.near = torch::full({m}, static_cast<float>(scene_.meta().near), device_);
     rays.far = torch::full({m}, static_cast<float>(scene_.meta().far), device_);
     rays.background = all.background;
+    rays.last_sample_background = scene_.meta().unbounded();
     rays.ray_ids = torch::arange(first + b, first + b + m, torch::kInt64).to(device_);
     const RenderResult r = model_.render(rays, ctx);
     if (!geometry) {
