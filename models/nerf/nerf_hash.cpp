@@ -297,10 +297,9 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   RenderResult result;
   torch::Tensor background = rays.background.reshape({-1, 3});
   if (contract_ && rays.last_sample_background && march.ts.size(0) > 0) {
-    const auto last = march.ray_offsets.slice(0, 1) - 1;  // [R]; -1 for a ray without samples
-    const auto has_sample = (last >= march.ray_offsets.slice(0, 0, -1)).unsqueeze(1);
-    background = torch::where(has_sample, rgbs.index_select(0, last.clamp_min(0)),
-                              background.expand({last.size(0), 3}));
+    const auto ends = march.ray_offsets.slice(0, 1);  // [R]: one past each ray's last sample
+    const auto has_sample = (ends > march.ray_offsets.slice(0, 0, -1)).unsqueeze(1);
+    background = torch::where(has_sample, rgbs.index_select(0, (ends - 1).clamp_min(0)), background);
   }
   result.rgb = out.rgb + (1.0 - out.opacity).unsqueeze(1) * background;
   result.opacity = out.opacity;
