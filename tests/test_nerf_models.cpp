@@ -412,6 +412,42 @@ TEST(NerfHashWeightDecay, AddsTheLevelsMeanSquaredFeatureOncePerStep) {
   EXPECT_LT(table_decayed, 0.5 * table_plain);
 }
 
+// march_jitter: a training ray starts marching a random fraction of its first step later, a pure
+// function of (seed, step, ray id); eval marches as without. The sphere's cameras lie outside the
+// box, so the march starts where a ray enters it, not at near.
+TEST(NerfHashMarchJitter, TrainingRaysStartAFractionOfAStepLater) {
+  nerf::NerfHashOptions options;
+  options.march_jitter = true;
+  nerf::NerfHash jittered(options, scene_context(), 7), plain(nerf::NerfHashOptions{}, scene_context(), 7);
+  const RayBatch rays = sphere_rays(6);  // 72 rays, every cell occupied at init
+  const StepContext train{5, 3, true}, eval{5, 3, false}, other{6, 3, true};
+  const auto base = plain.march(rays, &train);
+  for (const auto* t : {&base.ts, &base.ray_offsets}) ASSERT_TRUE(t->defined());
+  EXPECT_TRUE(torch::equal(jittered.march(rays, &eval).ts, base.ts)) << "eval: no jitter";
+  EXPECT_TRUE(torch::equal(jittered.march(rays).ts, base.ts)) << "no context: no jitter";
+  const auto moved = jittered.march(rays, &train);
+  const float dt = plain.step_size();
+  const auto first = [](const tessera::kernels::RayMarchOutput& m, int64_t r) {
+    return m.ts[m.ray_offsets[r].item<int64_t>()].item<float>();
+  };
+  std::vector<double> shift;
+  for (int64_t r = 0; r < 72; ++r) {
+    ASSERT_GT(base.ray_offsets[r + 1].item<int64_t>(), base.ray_offsets[r].item<int64_t>()) << r;
+    const double s = first(moved, r) - first(base, r);
+    EXPECT_GE(s, -1e-5) << "ray " << r;
+    EXPECT_LT(s, dt + 1e-5) << "ray " << r;
+    shift.push_back(s / dt);
+  }
+  const auto below = std::count_if(shift.begin(), shift.end(), [](double f) { return f < 0.5; });
+  EXPECT_GT(below, 18) << "spread over the step";
+  EXPECT_LT(below, 54) << "spread over the step";
+  // The same for a ray in any batch: the second half alone, with its ray ids.
+  const RayBatch half = slice(rays, 36, 72);
+  const auto part = jittered.march(half, &train);
+  EXPECT_TRUE(torch::equal(part.ts, moved.ts.slice(0, moved.ray_offsets[36].item<int64_t>())));
+  EXPECT_FALSE(torch::equal(jittered.march(rays, &other).ts, moved.ts)) << "another step, other starts";
+}
+
 // Samples behind where a ray's transmittance ends are left out of the render (docs/nerf.md,
 // nerf-hash step 5), and the colors, opacities and gradients are those of rendering every
 // marched sample. The density MLP's log-density bias is raised by 6 (sigma ~ 400 at init, a few
@@ -427,8 +463,9 @@ TEST(NerfHashSkipping, OccludedSamplesChangeNeitherTheRenderNorTheGradients) {
     groups[1].params[3][0] += 6.0f;  // density layers: weight, bias, weight, bias (feature 0)
   }
   const auto rays = sphere_rays(8);
-  auto run = [&](bool skip) {
+  auto run = [&](bool skip, int64_t chunk = 32) {
     hash->set_skip_occluded(skip);
+    hash->set_occlusion_chunk(chunk);
     zero_grads(*model);
     const RenderResult out = model->render(rays, StepContext{0, 3, true});
     loss_of(out, rays).backward();
@@ -456,6 +493,15 @@ TEST(NerfHashSkipping, OccludedSamplesChangeNeitherTheRenderNorTheGradients) {
     const double scale = all_grads[i].abs().max().item<double>();
     EXPECT_LE((kept_grads[i] - all_grads[i]).abs().max().item<double>(), 1e-4 * scale + 1e-9)
         << "parameter " << i;
+  }
+  // The occlusion pass in rounds (1, 2, 4, ... samples a ray: many rounds here) and in one round
+  // keeps the same samples, so the same render and eval.
+  for (const int64_t chunk : {int64_t{0}, int64_t{1}, int64_t{2}}) {
+    const auto [out, grads, eval] = run(true, chunk);
+    EXPECT_EQ(out.samples_rendered, kept.samples_rendered) << "chunk " << chunk;
+    EXPECT_TRUE(torch::allclose(out.rgb, kept.rgb, 1e-5, 1e-6)) << "chunk " << chunk;
+    EXPECT_TRUE(torch::allclose(eval.rgb, kept_eval.rgb, 1e-5, 1e-6)) << "chunk " << chunk;
+    EXPECT_TRUE(torch::allclose(eval.opacity, kept_eval.opacity, 1e-5, 1e-6)) << "chunk " << chunk;
   }
 }
 

@@ -209,6 +209,58 @@ TEST_F(TrainerTest, RandomBackgroundsPerRayAgreeAcrossSplits) {
   }
 }
 
+// Pixel jitter: each training ray passes through a random point of its own pixel, a pure
+// function of (seed, step, ray id) whatever the split across ranks; without a step, the center.
+TEST_F(TrainerTest, JitteredRaysStayInsideTheirPixelAndAgreeAcrossSplits) {
+  RaySamplerOptions so;
+  so.rays_per_step = 60;
+  so.seed = 3;
+  so.pixel_jitter = true;
+  RaySampler a(*scene_, so, [](int64_t) { return 1.0; });
+  const torch::Tensor ids = a.global_batch(4);
+  const RayBatch whole = a.rank_batch(4, 0, 1, torch::kCPU);
+  const RayBatch centers = a.rays_for(ids, 0, torch::kCPU);  // no step: pixel centers
+  std::vector<double> fx, fy;  // where each jittered ray crosses its pixel, in [0, 1)^2
+  for (int64_t i = 0; i < 60; ++i) {
+    const int64_t id = ids[i].item<int64_t>();
+    const int64_t image = id / kPixels, y = (id % kPixels) / 16, x = id % 16;
+    const data::Camera c = scene_->cameras()[a.train_indices()[image]];
+    const auto& m = c.camera_to_world;
+    auto pixel_of = [&](const torch::Tensor& d) {  // world direction -> pixel coordinates
+      double cam[3];
+      for (int k = 0; k < 3; ++k)
+        cam[k] = m[0 + k] * d[0].item<double>() + m[4 + k] * d[1].item<double>() + m[8 + k] * d[2].item<double>();
+      return std::pair<double, double>{c.fx * cam[0] / cam[2] + c.cx, c.fy * cam[1] / cam[2] + c.cy};
+    };
+    const auto [cx, cy] = pixel_of(centers.directions[i]);
+    EXPECT_NEAR(cx, x + 0.5, 1e-4) << "ray " << i;
+    EXPECT_NEAR(cy, y + 0.5, 1e-4) << "ray " << i;
+    const auto [jx, jy] = pixel_of(whole.directions[i]);
+    EXPECT_GE(jx, x - 1e-4) << "ray " << i;
+    EXPECT_LT(jx, x + 1 + 1e-4) << "ray " << i;
+    EXPECT_GE(jy, y - 1e-4) << "ray " << i;
+    EXPECT_LT(jy, y + 1 + 1e-4) << "ray " << i;
+    fx.push_back(jx - x), fy.push_back(jy - y);
+    EXPECT_TRUE(torch::equal(whole.origins[i], centers.origins[i]));
+  }
+  // Spread over the pixel, not a fixed offset: both halves of each axis are hit.
+  const auto below = [](const std::vector<double>& v) {
+    return std::count_if(v.begin(), v.end(), [](double f) { return f < 0.5; });
+  };
+  EXPECT_GT(below(fx), 15);
+  EXPECT_LT(below(fx), 45);
+  EXPECT_GT(below(fy), 15);
+  EXPECT_LT(below(fy), 45);
+  for (int n = 2; n <= 3; ++n) {
+    std::vector<torch::Tensor> dirs;
+    for (int r = 0; r < n; ++r) dirs.push_back(a.rank_batch(4, r, n, torch::kCPU).directions);
+    EXPECT_TRUE(torch::equal(torch::cat(dirs), whole.directions)) << n << " ranks";
+  }
+  EXPECT_TRUE(torch::equal(a.rank_batch(4, 0, 1, torch::kCPU).directions, whole.directions));
+  // Another step draws other points, even for the same pixels.
+  EXPECT_FALSE(torch::equal(a.rays_for(ids, 0, torch::kCPU, 5).directions, whole.directions));
+}
+
 TEST_F(TrainerTest, LowRateDrawsFromSubset) {
   RaySamplerOptions so;
   so.rays_per_step = 10;

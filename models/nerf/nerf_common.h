@@ -15,6 +15,7 @@ enum class RandomPurpose : uint64_t {
   kInit = 0x696e6974,           // parameter initialization
   kOccupancy = 0x6f636375,      // occupancy-grid jitter
   kSampleJitter = 0x6a697474,   // stratified sample jitter of nerf-mlp
+  kMarchJitter = 0x6d617263,    // where nerf-hash's march starts along each training ray
 };
 
 // chain_hash (framework/hashing.h) over the values from the NeRF models' domain constant.

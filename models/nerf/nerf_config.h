@@ -24,6 +24,7 @@ struct NerfConfig {
   int64_t warmup_steps = 0;
   double adam_eps = 1e-15;
   std::string background = "random";
+  bool pixel_jitter = false;
   // Each model's own sizes: [nerf] hash_* keys (and march_steps, distortion_weight) set `hash`,
   // mlp_* keys set `mlp`.
   NerfHashOptions hash;

@@ -179,19 +179,42 @@ torch::Tensor NerfHash::grid_density(const torch::Tensor& grid_positions) {
   return torch::exp(features.select(1, 0).clamp_max(options_.max_log_density));
 }
 
-kernels::RayMarchOutput NerfHash::march(const RayBatch& rays) const {
+kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext* context) const {
   kernels::RayMarchParams params;
   params.step_size = step_size_;
   params.cone_angle = contract_ ? options_.unbounded_cone_angle : 0.0f;
   params.contract = contract_;
   params.max_samples_per_ray = options_.max_samples_per_ray;
-  if (!contract_)
-    return kernels::ray_march(rays.origins, rays.directions, rays.near, rays.far, clip_box_,
-                              grid_.bitfield(), params);
-  // Marching space is world scaled by frame_scale_: distances along the (unit) directions
-  // scale alike, so t, deltas and near/far are in frame units.
-  return kernels::ray_march(to_frame(rays.origins), rays.directions, rays.near * frame_scale_,
-                            rays.far * frame_scale_, clip_box_, grid_.bitfield(), params);
+  // Marching space is world scaled by frame_scale_ when unbounded: distances along the (unit)
+  // directions scale alike, so t, deltas and near/far are in frame units.
+  const torch::Tensor origins = to_frame(rays.origins);
+  torch::Tensor near = contract_ ? rays.near * frame_scale_ : rays.near;
+  const torch::Tensor far = contract_ ? rays.far * frame_scale_ : rays.far;
+  if (options_.march_jitter && context != nullptr && context->training && rays.ray_ids.defined() &&
+      near.numel() > 0) {
+    // The march starts at max(near, where the ray enters the clip box) (kernels/ray_march.h,
+    // rule 3); starting it u * dt later moves every sample by a fraction of its step.
+    const auto box = clip_box_.to(origins.device());
+    const auto lo = box.slice(0, 0, 3), hi = box.slice(0, 3, 6);
+    const auto inv = 1.0f / rays.directions;  // +-inf on axes the ray runs along
+    const auto t0 = (lo - origins) * inv, t1 = (hi - origins) * inv;
+    // An axis the ray runs along does not bound it (0 * inf would be NaN there).
+    const auto enter = torch::where(rays.directions == 0, torch::full_like(t0, -INFINITY),
+                                    torch::minimum(t0, t1));
+    const auto start = torch::maximum(near, std::get<0>(enter.max(1)));
+    auto dt = torch::full_like(start, step_size_);
+    if (params.cone_angle > 0) dt = torch::maximum(start * params.cone_angle, dt);
+    const auto ids = rays.ray_ids.to(torch::kCPU).to(torch::kInt64).contiguous();
+    auto u = torch::empty({ids.size(0)}, torch::kFloat32);
+    const int64_t* id = ids.data_ptr<int64_t>();
+    float* out = u.data_ptr<float>();
+    for (int64_t i = 0; i < ids.size(0); ++i)
+      out[i] = uniform_from_hash(hash_values({context->seed, static_cast<uint64_t>(context->step),
+                                              static_cast<uint64_t>(RandomPurpose::kMarchJitter),
+                                              static_cast<uint64_t>(id[i])}));
+    near = start + u.to(start.device()) * dt;
+  }
+  return kernels::ray_march(origins, rays.directions, near, far, clip_box_, grid_.bitfield(), params);
 }
 
 namespace {
@@ -234,10 +257,52 @@ void NerfHash::set_step(int64_t step) {
   level_weights_ = weights.reshape({-1}).to(context_.device);
 }
 
+torch::Tensor NerfHash::occlusion_counts(const kernels::RayMarchOutput& march,
+                                        torch::Tensor* features_out) const {
+  const int64_t marched = march.ts.size(0);
+  const auto opts = march.ray_offsets.options();
+  const auto local = torch::arange(marched, opts) - march.ray_offsets.index_select(0, march.ray_indices);
+  // Densities of the samples evaluated so far; 0 (nothing) behind them, so volume_render's count
+  // of a ray is final once it stops within them: transmittance is the same product up to there.
+  auto sigmas = torch::zeros({marched}, march.ts.options().dtype(torch::kFloat32));
+  const auto rgb_unused = torch::zeros({marched, 3}, sigmas.options());
+  torch::Tensor counts;
+  torch::Tensor active;  // [marched] bool: samples of rays still going (undefined: all)
+  int64_t begin = 0;
+  for (int64_t chunk = occlusion_chunk_; ; chunk *= 2) {
+    torch::Tensor round = occlusion_chunk_ > 0 ? (local >= begin) & (local < begin + chunk)
+                                               : torch::ones({marched}, opts.dtype(torch::kBool));
+    if (active.defined()) round = round & active;
+    const auto index = round.nonzero().squeeze(1);
+    if (index.numel() > 0) {
+      const auto enc = encode(normalize(march.positions.index_select(0, index)));
+      const auto f = density_mlp({enc})[0];
+      sigmas.index_copy_(0, index, torch::exp(f.select(1, 0).to(torch::kFloat32)
+                                                 .clamp_max(options_.max_log_density)));
+      if (features_out) {
+        if (!features_out->defined()) *features_out = torch::zeros({marched, f.size(1)}, f.options());
+        features_out->index_copy_(0, index, f);
+      }
+    }
+    counts = kernels::volume_render(sigmas, rgb_unused, march.deltas, march.ts, march.ray_offsets)
+                 .num_steps;
+    if (occlusion_chunk_ <= 0) break;
+    begin += chunk;
+    // A ray goes on while its count runs past what was evaluated: it has not stopped there.
+    const auto going = counts > begin;  // [R]
+    if (!going.any().item<bool>()) break;
+    active = going.index_select(0, march.ray_indices);
+  }
+  if (features_out && !features_out->defined())  // no samples
+    *features_out = torch::zeros({0, options_.geo_features}, sigmas.options());
+  return counts;
+}
+
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
   set_step(context.step);
-  // Marching is deterministic (the grid is the only state it reads); the context times phases.
-  auto march = this->march(rays);
+  // Marching reads the grid and, with march_jitter in training, (seed, step, ray id): the same
+  // samples on any rank and batch split. The context also times the phases.
+  auto march = this->march(rays, &context);
   const int64_t marched = march.ts.size(0);
   lap(context, "march");
 
@@ -251,13 +316,8 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   const bool differentiate = torch::GradMode::is_enabled();
   if (skip_occluded_) {
     torch::NoGradGuard no_grad;
-    const auto enc = encode(normalize(march.positions));
-    const auto all_features = density_mlp({enc})[0];
-    const auto sigmas =
-        torch::exp(all_features.select(1, 0).to(torch::kFloat32).clamp_max(options_.max_log_density));
-    const auto rgb_unused = torch::zeros({marched, 3}, sigmas.options());
-    const auto counts =
-        kernels::volume_render(sigmas, rgb_unused, march.deltas, march.ts, march.ray_offsets).num_steps;
+    torch::Tensor all_features;  // [marched, geo_features] where evaluated (eval only)
+    const auto counts = occlusion_counts(march, differentiate ? nullptr : &all_features);
     const auto local = torch::arange(marched, march.ray_offsets.options()) -
                        march.ray_offsets.index_select(0, march.ray_indices);
     const auto kept = (local < counts.index_select(0, march.ray_indices)).nonzero().squeeze(1);

@@ -74,6 +74,12 @@ struct NerfHashOptions {
   // of steps.
   int grid_reference_steps = 1024;
   int64_t max_samples_per_ray = 1024;
+  // Training rays start marching a random fraction of their first step past where they would
+  // (instant-ngp's random start; nerf-mlp's stratified samples): the samples, and every sample
+  // behind them, move by up to one step, a pure function of (seed, step, ray id). Without it a
+  // ray's samples sit at the same depths every epoch, and the model need only be right there.
+  // Eval and render start at the same place as without.
+  bool march_jitter = false;
   // Unbounded scenes (ModelContext::unbounded: real captures whose backgrounds lie beyond the
   // foreground box): space is contracted (mip-NeRF 360, L-inf as nerfacto) so the hash grid and
   // the occupancy grid cover everything out to infinity in [-2, 2]^3, and steps grow with the
@@ -106,7 +112,16 @@ class NerfHash : public Model {
   // Off: render() composites every marched sample, also those behind where a ray's transmittance
   // ends (docs/nerf.md, nerf-hash step 5). For tests and benchmarks: the result is the same.
   void set_skip_occluded(bool on) { skip_occluded_ = on; }
+  // The occlusion pass evaluates each ray's samples front to back in rounds, the first of
+  // `first` samples a ray and each next one twice the last, until every ray has ended; 0
+  // evaluates every marched sample in one round. The kept samples are the same either way. For
+  // tests and benchmarks.
+  void set_occlusion_chunk(int64_t first) { occlusion_chunk_ = first; }
   float step_size() const { return step_size_; }
+  // Marches `rays` through the occupancy grid (in marching space): the samples render() starts
+  // from. With `context` in training and march_jitter, each ray starts a random fraction of its
+  // first step later (NerfHashOptions::march_jitter).
+  kernels::RayMarchOutput march(const RayBatch& rays, const StepContext* context = nullptr) const;
   bool contracted() const { return contract_; }
   // World units per frame unit: the uncontracted frame [-1, 1]^3 spans the foreground box and the
   // cameras (unbounded scenes); 1 for bounded ones.
@@ -127,8 +142,12 @@ class NerfHash : public Model {
   // Marching space -> the hash grid's [0, 1]^3 (through the contraction when unbounded).
   torch::Tensor normalize(const torch::Tensor& positions) const;
   // Marches `rays` through the occupancy grid (in marching space).
-  kernels::RayMarchOutput march(const RayBatch& rays) const;
+
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
+  // The occlusion pass (no gradient): how many of each ray's marched samples volume_render
+  // composites before its transmittance ends [R]; with `features_out`, the density MLP's
+  // features of the samples evaluated [marched, geo_features] (the kept ones always are).
+  torch::Tensor occlusion_counts(const kernels::RayMarchOutput& march, torch::Tensor* features_out) const;
   std::vector<torch::Tensor> color_mlp(const std::vector<torch::Tensor>& in) const;
   // N_max from the images: the grid's side (world units) over ModelContext::pixel_footprint,
   // within [base_resolution, kMaxFinestResolution]; kFallbackFinestResolution without cameras.
@@ -178,6 +197,10 @@ class NerfHash : public Model {
   float frame_scale_ = 1.0f;
   torch::Tensor clip_box_;  // [6] float32 on the CPU: the rays' box in marching space
   bool skip_occluded_ = true;
+  // Samples a ray in the occlusion pass's first round. Rays render ~30 samples of ~100 marched
+  // once the grid has pruned (docs/nerf.md, nerf-hash step 5): 32 ends most rays in one or two
+  // rounds without evaluating the samples behind their surface.
+  int64_t occlusion_chunk_ = 32;
   bool checkpoint_density_ = false;
   bool checkpoint_color_ = false;
 };

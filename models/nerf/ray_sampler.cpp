@@ -49,7 +49,7 @@ uint64_t hash_seed(uint64_t seed, uint64_t index, const char* purpose) {
 
 void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,
                 const torch::Tensor& x, const torch::Tensor& y, torch::Tensor* origins,
-                torch::Tensor* directions) {
+                torch::Tensor* directions, const torch::Tensor& subpixel) {
   const int64_t c = static_cast<int64_t>(cameras.size());
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor intr = torch::empty({c, 4}, f64);    // fx, fy, cx, cy
@@ -64,8 +64,15 @@ void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& c
   }
   const torch::Tensor in = intr.index_select(0, camera);  // [R, 4]
   const torch::Tensor p = pose.index_select(0, camera);   // [R, 3, 4]
-  torch::Tensor dx = (x.to(torch::kFloat64) + 0.5 - in.select(1, 2)) / in.select(1, 0);  // [R]
-  torch::Tensor dy = (y.to(torch::kFloat64) + 0.5 - in.select(1, 3)) / in.select(1, 1);  // [R]
+  torch::Tensor px = x.to(torch::kFloat64), py = y.to(torch::kFloat64);  // [R]
+  if (subpixel.defined()) {
+    px = px + subpixel.select(1, 0).to(torch::kFloat64);
+    py = py + subpixel.select(1, 1).to(torch::kFloat64);
+  } else {
+    px = px + 0.5, py = py + 0.5;
+  }
+  torch::Tensor dx = (px - in.select(1, 2)) / in.select(1, 0);  // [R]
+  torch::Tensor dy = (py - in.select(1, 3)) / in.select(1, 1);  // [R]
   if (std::any_of(cameras.begin(), cameras.end(), data::has_distortion))
     undistort_in_place(cameras, camera, &dx, &dy);
   const torch::Tensor d_cam = torch::stack({dx, dy, torch::ones_like(dx)}, 1);  // [R, 3]
@@ -171,7 +178,22 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
   const torch::Tensor w = widths_.index_select(0, image);
   const torch::Tensor y = local.div(w, "floor"), x = local - y * w;
   RayBatch batch;
-  pixel_rays(cameras_, image, x, y, &batch.origins, &batch.directions);
+  torch::Tensor subpixel;  // undefined: pixel centers
+  if (options_.pixel_jitter && step >= 0) {
+    // Two 32-bit uniforms of one hash per ray, from (seed, step, ray id) as the backgrounds are:
+    // the same on any rank and batch split.
+    subpixel = torch::empty({n, 2}, torch::kFloat64);
+    double* sp = subpixel.data_ptr<double>();
+    constexpr double kInv2Pow32 = 1.0 / 4294967296.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t h = hash_seed(options_.seed, static_cast<uint64_t>(step) *
+                                       static_cast<uint64_t>(options_.rays_per_step) +
+                                       static_cast<uint64_t>(first_ray_id + i), "subpixel");
+      sp[i * 2] = static_cast<double>(h & 0xFFFFFFFFu) * kInv2Pow32;
+      sp[i * 2 + 1] = static_cast<double>(h >> 32) * kInv2Pow32;
+    }
+  }
+  pixel_rays(cameras_, image, x, y, &batch.origins, &batch.directions, subpixel);
   torch::Tensor rgb = rgb_.index_select(0, ids).to(torch::kFloat32) / 255.0f;
   batch.background = background_.clone();
   if ((alpha_.defined() || unbounded_) && options_.random_background && step >= 0) {

@@ -17,14 +17,15 @@ namespace tessera::models::nerf {
 // A stable 64-bit mix of (seed, index, purpose) for seeding generators; identical everywhere.
 uint64_t hash_seed(uint64_t seed, uint64_t index, const char* purpose);
 
-// Rays through pixel centers (x + 0.5, y + 0.5) of OpenCV cameras (x right, y down, z forward).
-// Lens distortion (k1, k2, p1, p2) is honored: each pixel's normalized coordinates are undistorted
+// Rays through pixel centers (x + 0.5, y + 0.5) of OpenCV cameras (x right, y down, z forward),
+// or through (x + sx, y + sy) where `subpixel` [R, 2] float64 in [0, 1) is given. Lens distortion (k1, k2, p1, p2) is honored: each pixel's normalized coordinates are undistorted
 // (data::undistort, framework/data/lens.h) before the direction is built; when no camera has
 // distortion the pinhole path runs unchanged. Directions are unit length; computed in float64.
 // x, y: [R] int64 pixel coordinates; camera: [R] int64 index into `cameras`.
 void pixel_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,  // [R]
                 const torch::Tensor& x, const torch::Tensor& y,                          // [R], [R]
-                torch::Tensor* origins, torch::Tensor* directions);  // out: [R, 3], [R, 3] f32
+                torch::Tensor* origins, torch::Tensor* directions,   // out: [R, 3], [R, 3] f32
+                const torch::Tensor& subpixel = {});
 
 struct RaySamplerOptions {
   int64_t rays_per_step = 4096;  // global batch size R, the same on every rank
@@ -36,6 +37,12 @@ struct RaySamplerOptions {
   // shows a wrong color: the model learns to make every ray opaque (instant-ngp does the same)
   // instead of fitting a fog over the dataset's background.
   bool random_background = false;
+  // Each training ray passes through a random point of its pixel, a pure function of (seed,
+  // step, ray id), instead of its center (instant-ngp does the same). A photo's pixel is the
+  // light over its whole area: rays at the centers alone train the model on one point of it, at
+  // the same points every epoch, so what lies between them (the positions a new view's rays
+  // take) is never fitted. Eval and render keep the centers, the footprint's mean.
+  bool pixel_jitter = false;
 };
 
 // One epoch of the sampling schedule: a random pool of ceil(rate * P) pixels, in shuffled order.
@@ -67,7 +74,8 @@ class RaySampler {
   // The slice [rank*R/size, (rank+1)*R/size) of the global batch.
   static std::pair<int64_t, int64_t> rank_slice(int64_t rays, int rank, int size);
   // Rays, targets and ray ids (index in the global batch) of `ids` = global_batch(step)[begin:end].
-  // `step` >= 0 draws random backgrounds (when enabled and the data has alpha); -1 never does.
+  // `step` >= 0 draws random backgrounds (when enabled and the data has alpha) and the sub-pixel
+  // positions (when enabled); -1 does neither.
   RayBatch rays_for(const torch::Tensor& ids, int64_t first_ray_id, torch::Device device,
                     int64_t step = -1) const;
   // Rays of this rank for `step`: rays_for(global_batch(step)[slice], slice.first).

@@ -62,6 +62,7 @@ RayTrainer::RayTrainer(distributed::ProcessContext& context, distributed::Commun
   so.rays_per_step = options_.nerf.rays_per_step;
   so.seed = options_.seed;
   so.random_background = options_.nerf.background == "random";
+  so.pixel_jitter = options_.nerf.pixel_jitter;
   sampler_ = std::make_unique<RaySampler>(
       scene_, so, [this](int64_t step) { return sampling_.at(step); });
 }
