@@ -19,6 +19,21 @@ float uniform_from_hash(uint64_t h) {
   return static_cast<float>(h >> 40) * kInv2Pow24;
 }
 
+torch::Tensor ray_uniforms(const torch::Tensor& ray_ids, uint64_t seed, int64_t step,
+                           RandomPurpose purpose, int64_t count) {
+  const auto ids = ray_ids.to(torch::kCPU).to(torch::kInt64).contiguous();
+  const int64_t r = ids.size(0);
+  auto out = torch::empty({r, count}, torch::kFloat32);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  float* u = out.data_ptr<float>();
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < count; ++j)
+      u[i * count + j] = uniform_from_hash(
+          hash_values({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(purpose),
+                       static_cast<uint64_t>(id[i]), static_cast<uint64_t>(j)}));
+  return out;
+}
+
 at::Generator make_generator(std::initializer_list<uint64_t> values) {
   return at::make_generator<at::CPUGeneratorImpl>(hash_values(values));
 }

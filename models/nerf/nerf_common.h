@@ -22,6 +22,10 @@ enum class RandomPurpose : uint64_t {
 uint64_t hash_values(std::initializer_list<uint64_t> values);
 // The top 24 bits of h as a float in [0, 1) (exact in float32).
 float uniform_from_hash(uint64_t h);
+// [R, count] float32 on the CPU: uniform_from_hash(hash_values({seed, step, purpose, ray_ids[i],
+// j})), per-ray randomness that is the same for a ray in any batch and on any rank.
+torch::Tensor ray_uniforms(const torch::Tensor& ray_ids, uint64_t seed, int64_t step,
+                           RandomPurpose purpose, int64_t count);
 // A CPU generator seeded from hash_values(values): draws on it are a pure function of them.
 at::Generator make_generator(std::initializer_list<uint64_t> values);
 

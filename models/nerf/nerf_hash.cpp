@@ -204,14 +204,8 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext*
     const auto start = torch::maximum(near, std::get<0>(enter.max(1)));
     auto dt = torch::full_like(start, step_size_);
     if (params.cone_angle > 0) dt = torch::maximum(start * params.cone_angle, dt);
-    const auto ids = rays.ray_ids.to(torch::kCPU).to(torch::kInt64).contiguous();
-    auto u = torch::empty({ids.size(0)}, torch::kFloat32);
-    const int64_t* id = ids.data_ptr<int64_t>();
-    float* out = u.data_ptr<float>();
-    for (int64_t i = 0; i < ids.size(0); ++i)
-      out[i] = uniform_from_hash(hash_values({context->seed, static_cast<uint64_t>(context->step),
-                                              static_cast<uint64_t>(RandomPurpose::kMarchJitter),
-                                              static_cast<uint64_t>(id[i])}));
+    const auto u = ray_uniforms(rays.ray_ids, context->seed, context->step,
+                                RandomPurpose::kMarchJitter, 1).squeeze(1);
     near = start + u.to(start.device()) * dt;
   }
   return kernels::ray_march(origins, rays.directions, near, far, clip_box_, grid_.bitfield(), params);
@@ -257,11 +251,10 @@ void NerfHash::set_step(int64_t step) {
   level_weights_ = weights.reshape({-1}).to(context_.device);
 }
 
-torch::Tensor NerfHash::occlusion_counts(const kernels::RayMarchOutput& march,
+torch::Tensor NerfHash::occlusion_counts(const kernels::RayMarchOutput& march, const torch::Tensor& local,
                                         torch::Tensor* features_out) const {
   const int64_t marched = march.ts.size(0);
   const auto opts = march.ray_offsets.options();
-  const auto local = torch::arange(marched, opts) - march.ray_offsets.index_select(0, march.ray_indices);
   // Densities of the samples evaluated so far; 0 (nothing) behind them, so volume_render's count
   // of a ray is final once it stops within them: transmittance is the same product up to there.
   auto sigmas = torch::zeros({marched}, march.ts.options().dtype(torch::kFloat32));
@@ -317,9 +310,9 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   if (skip_occluded_) {
     torch::NoGradGuard no_grad;
     torch::Tensor all_features;  // [marched, geo_features] where evaluated (eval only)
-    const auto counts = occlusion_counts(march, differentiate ? nullptr : &all_features);
     const auto local = torch::arange(marched, march.ray_offsets.options()) -
-                       march.ray_offsets.index_select(0, march.ray_indices);
+                       march.ray_offsets.index_select(0, march.ray_indices);  // index within its ray
+    const auto counts = occlusion_counts(march, local, differentiate ? nullptr : &all_features);
     const auto kept = (local < counts.index_select(0, march.ray_indices)).nonzero().squeeze(1);
     march = select_samples(march, kept, counts);
     if (!differentiate) features = all_features.index_select(0, kept);

@@ -145,9 +145,11 @@ class NerfHash : public Model {
 
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
   // The occlusion pass (no gradient): how many of each ray's marched samples volume_render
-  // composites before its transmittance ends [R]; with `features_out`, the density MLP's
-  // features of the samples evaluated [marched, geo_features] (the kept ones always are).
-  torch::Tensor occlusion_counts(const kernels::RayMarchOutput& march, torch::Tensor* features_out) const;
+  // composites before its transmittance ends [R]; `local` [marched] is each sample's index within
+  // its ray. With `features_out`, the density MLP's features of the samples evaluated
+  // [marched, geo_features] (the kept ones always are).
+  torch::Tensor occlusion_counts(const kernels::RayMarchOutput& march, const torch::Tensor& local,
+                                 torch::Tensor* features_out) const;
   std::vector<torch::Tensor> color_mlp(const std::vector<torch::Tensor>& in) const;
   // N_max from the images: the grid's side (world units) over ModelContext::pixel_footprint,
   // within [base_resolution, kMaxFinestResolution]; kFallbackFinestResolution without cameras.

@@ -123,17 +123,7 @@ std::vector<torch::Tensor> NerfMlp::heads(const std::vector<torch::Tensor>& in) 
 torch::Tensor NerfMlp::sample_offsets(const RayBatch& rays, const StepContext& context) const {
   const int64_t r = rays.origins.size(0), s = options_.samples_per_ray;
   if (!context.training) return torch::full({r, s}, 0.5f, torch::kFloat32);
-  const auto ids = rays.ray_ids.to(torch::kCPU).to(torch::kInt64).contiguous();
-  auto offsets = torch::empty({r, s}, torch::kFloat32);
-  const int64_t* id = ids.data_ptr<int64_t>();
-  float* out = offsets.data_ptr<float>();
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < s; ++j)
-      out[i * s + j] = uniform_from_hash(hash_values(
-          {context.seed, static_cast<uint64_t>(context.step),
-           static_cast<uint64_t>(RandomPurpose::kSampleJitter), static_cast<uint64_t>(id[i]),
-           static_cast<uint64_t>(j)}));
-  return offsets;
+  return ray_uniforms(rays.ray_ids, context.seed, context.step, RandomPurpose::kSampleJitter, s);
 }
 
 NerfMlp::Samples NerfMlp::prepare(const RayBatch& rays, const StepContext& context) const {

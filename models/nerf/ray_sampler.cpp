@@ -178,17 +178,20 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
   const torch::Tensor w = widths_.index_select(0, image);
   const torch::Tensor y = local.div(w, "floor"), x = local - y * w;
   RayBatch batch;
+  // One hash per (seed, step, ray id, purpose): the same on any rank and batch split.
+  auto ray_hash = [&](int64_t i, const char* purpose) {
+    return hash_seed(options_.seed,
+                     static_cast<uint64_t>(step) * static_cast<uint64_t>(options_.rays_per_step) +
+                         static_cast<uint64_t>(first_ray_id + i),
+                     purpose);
+  };
   torch::Tensor subpixel;  // undefined: pixel centers
   if (options_.pixel_jitter && step >= 0) {
-    // Two 32-bit uniforms of one hash per ray, from (seed, step, ray id) as the backgrounds are:
-    // the same on any rank and batch split.
-    subpixel = torch::empty({n, 2}, torch::kFloat64);
+    subpixel = torch::empty({n, 2}, torch::kFloat64);  // two 32-bit uniforms of one hash a ray
     double* sp = subpixel.data_ptr<double>();
     constexpr double kInv2Pow32 = 1.0 / 4294967296.0;
     for (int64_t i = 0; i < n; ++i) {
-      const uint64_t h = hash_seed(options_.seed, static_cast<uint64_t>(step) *
-                                       static_cast<uint64_t>(options_.rays_per_step) +
-                                       static_cast<uint64_t>(first_ray_id + i), "subpixel");
+      const uint64_t h = ray_hash(i, "subpixel");
       sp[i * 2] = static_cast<double>(h & 0xFFFFFFFFu) * kInv2Pow32;
       sp[i * 2 + 1] = static_cast<double>(h >> 32) * kInv2Pow32;
     }
@@ -202,9 +205,7 @@ RayBatch RaySampler::rays_for(const torch::Tensor& ids, int64_t first_ray_id,
     float* bg = batch.background.data_ptr<float>();
     constexpr float kInv2Pow21 = 1.0f / 2097152.0f;  // three 21-bit channels of one hash
     for (int64_t i = 0; i < n; ++i) {
-      const uint64_t h = hash_seed(options_.seed, static_cast<uint64_t>(step) *
-                                       static_cast<uint64_t>(options_.rays_per_step) +
-                                       static_cast<uint64_t>(first_ray_id + i), "background");
+      const uint64_t h = ray_hash(i, "background");
       for (int c = 0; c < 3; ++c)
         bg[i * 3 + c] = static_cast<float>((h >> (21 * c)) & 0x1FFFFF) * kInv2Pow21;
     }
