@@ -169,6 +169,11 @@ class ModelFamily {
   // The time of evaluate(views) in step_cost units: the final eval's forecast until one is
   // measured, taken again at every plan (so it may follow the family's current costs).
   virtual double eval_cost(const std::vector<size_t>& views) const { return 0.0; }
+  // Renders a sample of what evaluate(views) at `step` would on this rank and returns the
+  // fraction of this rank's eval work it was (0 = the family does not probe: eval_cost stays the
+  // forecast). The run times the call on its clock, so the forecast is the model's speed now,
+  // on this machine: the probe's time / that fraction. Not collective.
+  virtual double eval_probe(const std::vector<size_t>& views, int64_t step) { return 0.0; }
   // The family's likely causes of a loss that does not improve, numbered from (4) on (the
   // TrainingRun's warning lists poses, bounds and background first; learning_check.h).
   virtual std::string not_learning_causes() const { return ""; }

@@ -66,6 +66,9 @@ struct RunOptions {
   // Seconds on a monotonic clock, for the time budget; empty = std::chrono::steady_clock.
   // Tests give a clock of their own, so that a plan does not depend on the machine's speed.
   std::function<double()> clock;
+  // Forecast the final eval from a timed ModelFamily::eval_probe where the family has one; false:
+  // from ModelFamily::eval_cost only (tests of that forecast on a clock of their own).
+  bool eval_probe = true;
 };
 
 // The RunOptions of a resolved config: [train] steps, epochs, time_budget_minutes, precision,
@@ -161,6 +164,9 @@ class TrainingRun {
   double budget_reserve(double eval_s, double snapshot_s) const;
   // ModelFamily::eval_cost of the eval's views and the train views scored beside them, now.
   double forecast_eval_cost() const;
+  // The final eval's seconds on this rank from a timed ModelFamily::eval_probe of the same
+  // views at step `step`, times kEvalProbeMargin; < 0 where the family does not probe.
+  double probe_eval_seconds(int64_t step);
   // After step `done` with a time budget: every kReplanEvery steps, the steps that fit the
   // budget from the step times since the last plan (collective; all ranks adopt the same).
   void replan(int64_t done);
@@ -201,6 +207,8 @@ class TrainingRun {
   double last_step_s_ = 0.0;  // this rank's, for the guard: a step may be slower than planned
   double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;
   double eval_cost_ = 0.0;  // forecast_eval_cost(), the ranks' largest, at the last plan
+  double eval_forecast_s_ = 0.0;  // the final eval's forecast at the last plan (seconds)
+  bool eval_probed_ = false;      // ... from the family's probe, not from eval_cost
   int64_t plans_ = 0;       // plans taken since start_budget
   bool forecast_deferred_ = false;  // the first plan trains past the eval's forecast (replan)
   bool eval_warned_ = false;  // the eval-does-not-fit warning is given once

@@ -24,6 +24,10 @@ constexpr int64_t kReplanEvery = 50;
 // empties) over ~3 windows instead of the noise of one (a ray-marched step's samples vary with
 // its rays: +-30% window to window).
 constexpr double kEarlierWindowsWeight = 0.7;
+// The final eval's forecast from a probe (ModelFamily::eval_probe) is its time scaled to the
+// eval's work, times this: the eval also gathers the images, scores and writes them, and the
+// model's speed moves between the plan and the end (measured in docs/training_loop.md).
+constexpr double kEvalProbeMargin = 1.25;
 
 }  // namespace
 
@@ -65,13 +69,24 @@ std::string TrainingRun::plan_text() const {
 
 double TrainingRun::budget_reserve(double eval_s, double snapshot_s) const {
   // Before any eval was measured, its forecast (unless the first plan deferred it: replan).
-  if (eval_s < 0) eval_s = forecast_deferred_ ? 0.0 : eval_cost_ * seconds_per_cost_;
+  if (eval_s < 0) eval_s = forecast_deferred_ ? 0.0 : eval_forecast_s_;
   return std::max(0.0, eval_s) + std::max(0.0, snapshot_s);
 }
 
 double TrainingRun::forecast_eval_cost() const {
   const auto [views, train] = eval_view_lists();
   return family_.eval_cost(views) + family_.eval_cost(train);
+}
+
+double TrainingRun::probe_eval_seconds(int64_t step) {
+  if (!options_.eval_probe) return -1.0;
+  auto [views, train] = eval_view_lists();
+  views.insert(views.end(), train.begin(), train.end());
+  if (views.empty()) return -1.0;
+  const double start = now();
+  const double fraction = family_.eval_probe(views, step);
+  if (!(fraction > 0)) return -1.0;
+  return (now() - start) / fraction * kEvalProbeMargin;
 }
 
 void TrainingRun::start_budget(int64_t first) {
@@ -83,6 +98,8 @@ void TrainingRun::start_budget(int64_t first) {
   smoothed_cost_ = 0.0;
   plans_ = 0;
   eval_cost_ = 0.0;
+  eval_forecast_s_ = 0.0;
+  eval_probed_ = false;
   forecast_deferred_ = false;
   eval_warned_ = false;
   const std::string text = plan_text();
@@ -104,9 +121,11 @@ void TrainingRun::budget_step(int64_t step, double step_s) {
 void TrainingRun::replan(int64_t done) {
   if (done < next_replan_ || window_cost_ <= 0) return;
   // The slowest rank's times (steps, elapsed, eval, snapshot) and the largest eval forecast
-  // (the family's, at its current costs): the same plan on every rank.
+  // (the family's, at its current costs, and its probe's where it has one, timed before the
+  // elapsed time is read): the same plan on every rank. Once an eval was measured, no probe.
+  const double probe_s = last_eval_s_ < 0 ? probe_eval_seconds(done) : -1.0;
   torch::Tensor measured = torch::tensor(
-      {window_s_, budget_elapsed(), last_eval_s_, last_snapshot_s_, forecast_eval_cost()},
+      {window_s_, budget_elapsed(), last_eval_s_, last_snapshot_s_, forecast_eval_cost(), probe_s},
       torch::TensorOptions().dtype(torch::kFloat64));
   if (comm_.device().is_cuda()) measured = measured.to(comm_.device());
   comm_.allreduce(measured, distributed::ReduceOp::Max);
@@ -116,6 +135,8 @@ void TrainingRun::replan(int64_t done) {
   seconds_per_cost_ = smoothed_s_ / smoothed_cost_;
   const double elapsed = measured[1].item<double>();
   eval_cost_ = measured[4].item<double>();
+  eval_probed_ = measured[5].item<double>() >= 0;
+  eval_forecast_s_ = eval_probed_ ? measured[5].item<double>() : eval_cost_ * seconds_per_cost_;
   window_s_ = 0.0;
   window_cost_ = 0.0;
   next_replan_ = done + kReplanEvery;
@@ -134,7 +155,7 @@ void TrainingRun::replan(int64_t done) {
   state.cap = step_cap_;
   const double eval_s = measured[2].item<double>();
   const double snapshot_s = measured[3].item<double>();
-  const double forecast_s = eval_s >= 0 ? eval_s : eval_cost_ * seconds_per_cost_;
+  const double forecast_s = eval_s >= 0 ? eval_s : eval_forecast_s_;
   state.reserve_s = budget_reserve(eval_s, snapshot_s);  // forecast_deferred_ is reset above
   int64_t steps = steps_within_budget(state);
   if (plans_ == 1) {
@@ -181,8 +202,9 @@ void TrainingRun::replan(int64_t done) {
                   "the final eval's forecast from these first steps (%s) kept from step %lld on",
                   log::format_duration(forecast_s).c_str(), static_cast<long long>(next_replan_));
   else
-    std::snprintf(kept, sizeof(kept), "%s kept for the final eval and snapshot",
-                  log::format_duration(state.reserve_s).c_str());
+    std::snprintf(kept, sizeof(kept), "%s kept for the final eval%s and snapshot",
+                  log::format_duration(state.reserve_s).c_str(),
+                  eval_s < 0 && eval_probed_ ? " (forecast from a timed sample of it)" : "");
   char text[400];
   std::snprintf(text, sizeof(text),
                 "plan: %lld steps (was %lld) to end within the time budget of %s: %.3g s per "

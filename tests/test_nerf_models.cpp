@@ -104,15 +104,7 @@ RayBatch sphere_rays(int k, int cameras = 2) {
 }
 
 RayBatch slice(const RayBatch& rays, int64_t begin, int64_t end) {
-  RayBatch s;
-  s.origins = rays.origins.slice(0, begin, end);
-  s.directions = rays.directions.slice(0, begin, end);
-  s.near = rays.near.slice(0, begin, end);
-  s.far = rays.far.slice(0, begin, end);
-  s.target_rgb = rays.target_rgb.slice(0, begin, end);
-  s.background = rays.background;
-  s.ray_ids = rays.ray_ids.slice(0, begin, end);
-  return s;
+  return tessera::models::nerf::narrow_rays(rays, begin, end - begin);
 }
 
 std::vector<torch::Tensor> all_params(Model& model) {

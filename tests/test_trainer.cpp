@@ -562,6 +562,9 @@ RayTrainerOptions budget_options(RayTrainerOptions o, TestClock& clock) {
   o.eval_max_views = 1;
   o.eval_train_views = 0;
   o.clock = [&clock] { return clock.now; };
+  // The forecast from eval_cost: these models' evals take none of the test's time, so a probe
+  // would forecast nothing (TimeBudgetForecastsTheEvalFromATimedSampleOfIt turns it on).
+  o.eval_probe = false;
   return o;
 }
 
@@ -652,6 +655,52 @@ TEST_F(TrainerTest, TimeBudgetWithAnEvalLongerThanItTrainsTheStepsThatFitWithout
   // Step 10: without the eval, 10 + floor(57 - 10) = 57 steps, planned again at step 56,
   // where the eval (64 s) does not fit the 1 s left: the run ends there.
   EXPECT_EQ(s.steps, 56);
+}
+
+// A model whose eval renders take `per_ray` seconds of the test's clock for each ray.
+class EvalTimedMlp : public DirectionMlp {
+ public:
+  EvalTimedMlp(TestClock& clock, double per_ray) : clock_(clock), per_ray_(per_ray) {}
+  RenderResult render(const RayBatch& rays, const StepContext& context) override {
+    if (!context.training) clock_.now += per_ray_ * static_cast<double>(rays.origins.size(0));
+    return DirectionMlp::render(rays, context);
+  }
+
+ private:
+  TestClock& clock_;
+  double per_ray_;
+};
+
+// The final eval's forecast from a probe: the run renders a step's worth of the eval's rays at
+// each plan and scales their time to the eval (times the probe's margin, 1.25), instead of
+// pricing each eval ray at a training ray's time. Here an eval ray takes 0.05 s: the eval's 384
+// rays (a val and a train view of 192 pixels, all on rank 0) take 19.2 s, where eval_cost
+// forecasts 64 s (6 rays a step, 1 s a step). The run plans the steps that fit the true eval and
+// ends within the budget; with the probe off it keeps 64 s and trains fewer steps.
+TEST_F(TrainerTest, TimeBudgetForecastsTheEvalFromATimedSampleOfIt) {
+  auto train = [&](bool probe) {
+    TestClock clock;
+    RayTrainerOptions o = eval_heavy_budget(options(), clock, 100.0);
+    o.eval_probe = probe;
+    EvalTimedMlp model(clock, 0.05);
+    RayTrainer trainer(*test::g_context, world(), model, *scene_, o);
+    tick_per_step(trainer, clock);
+    const TrainSummary s = trainer.run();
+    EXPECT_TRUE(s.finished);
+    return std::make_pair(s.steps, clock.now);
+  };
+  const auto [probed_steps, probed_end] = train(true);
+  const auto [priced_steps, priced_end] = train(false);
+  // The probe's 6 rays take 0.3 s: a forecast of 0.3 * 384 / 6 * 1.25 = 24 s. Plans at steps 10
+  // and 60, each after a probe: 60 + floor(95 - 60.6 - 24) = 70 steps.
+  // The ranks agree on the plan; the eval's rays, and so its time, are all rank 0's.
+  EXPECT_EQ(probed_steps, 70);
+  EXPECT_GT(probed_steps, priced_steps + 8);
+  if (world().rank() == 0) {
+    EXPECT_LE(probed_end, 100.0);
+    EXPECT_GT(probed_end, 70.0 + 19.2) << "the eval ran on the test's clock";
+    EXPECT_LE(priced_end, 100.0);
+  }
 }
 
 // A resumed run keeps the plan and counts the time before its snapshot.

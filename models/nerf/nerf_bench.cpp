@@ -76,17 +76,6 @@ bool has(const std::vector<std::string>& list, const std::string& item) {
 }
 
 
-RayBatch slice(const RayBatch& batch, int64_t begin, int64_t end) {
-  RayBatch out = batch;
-  out.origins = batch.origins.narrow(0, begin, end - begin);
-  out.directions = batch.directions.narrow(0, begin, end - begin);
-  out.near = batch.near.narrow(0, begin, end - begin);
-  out.far = batch.far.narrow(0, begin, end - begin);
-  out.target_rgb = batch.target_rgb.narrow(0, begin, end - begin);
-  out.ray_ids = batch.ray_ids.narrow(0, begin, end - begin);
-  return out;
-}
-
 struct StepMeasurement {
   double seconds = 0;    // median over repeats, slowest rank
   double vs_first = 1;   // median over rounds of seconds / the first case's seconds that round
@@ -123,7 +112,7 @@ OneStep run_fixed_step(MPI_Comm comm, Model& model, const std::vector<torch::Ten
   timer.start();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < k; ++i) {
-    const RayBatch micro = slice(batch, rays * i / k, rays * (i + 1) / k);
+    const RayBatch micro = narrow_rays(batch, rays * i / k, rays * (i + 1) / k - rays * i / k);
     StepContext ctx;
     ctx.step = 0;
     ctx.training = true;

@@ -9,6 +9,19 @@
 
 namespace tessera::models::nerf {
 
+RayBatch narrow_rays(const RayBatch& rays, int64_t begin, int64_t count) {
+  auto part = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, begin, count) : t; };
+  RayBatch out = rays;
+  out.origins = part(rays.origins);
+  out.directions = part(rays.directions);
+  out.near = part(rays.near);
+  out.far = part(rays.far);
+  out.target_rgb = part(rays.target_rgb);
+  if (rays.background.defined() && rays.background.dim() == 2) out.background = part(rays.background);
+  out.ray_ids = part(rays.ray_ids);
+  return out;
+}
+
 ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Device device) {
   const data::SceneMeta& meta = scene.meta();
   ModelContext context;

@@ -38,6 +38,10 @@ struct RayBatch {
                              // per-ray randomness such as sample jitter)
 };
 
+// Rays [begin, begin + count) of `rays`: every per-ray tensor narrowed (views, no copies), a
+// shared [3] background and undefined tensors kept as they are.
+RayBatch narrow_rays(const RayBatch& rays, int64_t begin, int64_t count);
+
 // What a model renders for a RayBatch. `rgb` is already composited over the batch's background.
 struct RenderResult {
   torch::Tensor rgb;      // [R, 3]

@@ -122,16 +122,7 @@ DataParallelFamily::MicroBatchLoss RayTrainer::micro_batch_loss(const StepContro
                                                                 int64_t k, int64_t count) {
   const int64_t local = batch_.ray_ids.size(0);
   const int64_t begin = local * k / count, end = local * (k + 1) / count;
-  auto slice = [&](const torch::Tensor& t) { return t.narrow(0, begin, end - begin); };
-  RayBatch micro;
-  micro.origins = slice(batch_.origins);
-  micro.directions = slice(batch_.directions);
-  micro.near = slice(batch_.near);
-  micro.far = slice(batch_.far);
-  micro.target_rgb = slice(batch_.target_rgb);
-  micro.background = batch_.background.dim() == 2 ? slice(batch_.background) : batch_.background;
-  micro.ray_ids = slice(batch_.ray_ids);
-  return rays_loss(control, micro);
+  return rays_loss(control, narrow_rays(batch_, begin, end - begin));
 }
 
 int64_t RayTrainer::work_units() const {

@@ -76,10 +76,14 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   std::string overfitting_causes() const override;
   // An epoch: the train views' pixels, nerf.rays_per_step at a time. set_total_steps rescales
   // the learning-rate and sampling schedules; eval_cost: a render's rays at a training ray's
-  // time (an upper bound: measured 0.58 of it).
+  // time (an upper bound: measured 0.54-0.58 of it; the run forecasts from eval_probe instead).
   EpochSize epoch_size() const override;
   void set_total_steps(int64_t steps) override;
   double eval_cost(const std::vector<size_t>& views) const override;
+  // Renders rays_per_step of the views' pixels, spread evenly over them, as eval renders them
+  // (ray_trainer_eval.cpp): the eval's speed now. Returns that count over this rank's share of
+  // the eval's pixels.
+  double eval_probe(const std::vector<size_t>& views, int64_t step) override;
 
   // ---- The run over this family (framework/run.h), built on first use.
   TrainingRun& run_driver();
@@ -126,6 +130,9 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // A camera's pixels, rows split across ranks and gathered on every rank: [H, W, 3] colour
   // (unclamped), or with `geometry` [H, W, 5]: colour, expected z-depth, opacity (ViewOutputs).
   torch::Tensor render_columns(const data::Camera& camera, int64_t step, bool geometry);
+  // The eval's rays through pixels `pix` [n] (row-major indices) of `camera`, on the device: the
+  // scene's near, far and background, each pixel's index its ray id.
+  RayBatch view_rays(const data::Camera& camera, const torch::Tensor& pix) const;
   // The loss of a batch of rays (a micro-batch or a unit) of step control.step.
   MicroBatchLoss rays_loss(const StepControl& control, const RayBatch& rays);
   std::unique_ptr<Model> owned_model_;  // set by the owning constructor

@@ -29,6 +29,60 @@ ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
   return out;
 }
 
+RayBatch RayTrainer::view_rays(const data::Camera& cam, const torch::Tensor& pix) const {
+  const torch::Tensor y = pix.div(cam.width, "floor"), x = pix - y * cam.width;
+  const int64_t n = pix.size(0);
+  RayBatch rays;
+  pixel_rays({cam}, torch::zeros({n}, torch::kInt64), x, y, &rays.origins, &rays.directions);
+  rays.origins = rays.origins.to(device_);
+  rays.directions = rays.directions.to(device_);
+  rays.near = torch::full({n}, static_cast<float>(scene_.meta().near), device_);
+  rays.far = torch::full({n}, static_cast<float>(scene_.meta().far), device_);
+  const auto& bg = scene_.meta().background;
+  rays.background = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
+                                   static_cast<float>(bg[2])}).to(device_);
+  rays.last_sample_background = scene_.meta().unbounded();
+  rays.ray_ids = pix.to(device_);
+  return rays;
+}
+
+double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
+  // This rank's share of the eval's pixels (render_columns' chunks), and as many rays as a
+  // training step's, spread evenly over all of the views' pixels: their render time is what
+  // the eval's rays take at the model's current speed.
+  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
+  int64_t total = 0, mine = 0;
+  for (size_t v : views) {
+    const data::Camera& cam = scene_.cameras().at(v);
+    const auto [first, last] = chunk_slice(cam.width * cam.height, chunk, comm_.rank(), comm_.size());
+    total += cam.width * cam.height;
+    mine += last - first;
+  }
+  if (total == 0 || mine == 0) return 0.0;
+  const int64_t count = std::min(total, options_.nerf.rays_per_step);
+  StepContext ctx;
+  ctx.step = step;
+  ctx.seed = options_.seed;
+  ctx.training = false;
+  torch::NoGradGuard no_grad;
+  int64_t begin = 0;  // the probe's rays of views before this one
+  for (size_t v : views) {
+    const data::Camera& cam = scene_.cameras().at(v);
+    const int64_t pixels = cam.width * cam.height;
+    // The k-th probe ray of all views lands on global pixel k * total / count.
+    const int64_t end = ((begin + pixels) * count + total - 1) / total;  // rays below begin+pixels
+    const int64_t start = (begin * count + total - 1) / total;
+    if (end > start) {
+      const torch::Tensor pix = (torch::arange(start, end, torch::kInt64) * total).div(count, "floor") - begin;
+      const RayBatch rays = view_rays(cam, pix);
+      for (int64_t b = 0; b < pix.size(0); b += chunk)
+        (void)model_.render(narrow_rays(rays, b, std::min(chunk, pix.size(0) - b)), ctx);
+    }
+    begin += pixels;
+  }
+  return static_cast<double>(count) / static_cast<double>(mine);
+}
+
 torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, bool geometry) {
   const int64_t h = cam.height, w = cam.width;
   // This rank's chunks of the view's pixels (row-major): the view is cut into chunks of
@@ -37,13 +91,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
   const auto [first, last] = chunk_slice(h * w, chunk, comm_.rank(), comm_.size());
   const int64_t n = last - first;
-  const torch::Tensor pix = torch::arange(first, last, torch::kInt64);
-  const torch::Tensor y = pix.div(w, "floor"), x = pix - y * w;
-  RayBatch all;
-  pixel_rays({cam}, torch::zeros({n}, torch::kInt64), x, y, &all.origins, &all.directions);
-  const auto& bg = scene_.meta().background;
-  all.background = torch::tensor({static_cast<float>(bg[0]), static_cast<float>(bg[1]),
-                                  static_cast<float>(bg[2])}).to(device_);
+  const RayBatch all = view_rays(cam, torch::arange(first, last, torch::kInt64));
   // The camera's optical axis in the world: the third column of camera_to_world (OpenCV, z
   // forward).
   const auto& m = cam.camera_to_world;
@@ -58,15 +106,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   const auto threads = bitwise_threads();  // the same pixels at any thread count
   std::vector<torch::Tensor> parts;
   for (int64_t b = 0; b < n; b += chunk) {
-    const int64_t m = std::min(chunk, n - b);
-    RayBatch rays;
-    rays.origins = all.origins.narrow(0, b, m).to(device_);
-    rays.directions = all.directions.narrow(0, b, m).to(device_);
-    rays.near = torch::full({m}, static_cast<float>(scene_.meta().near), device_);
-    rays.far = torch::full({m}, static_cast<float>(scene_.meta().far), device_);
-    rays.background = all.background;
-    rays.last_sample_background = scene_.meta().unbounded();
-    rays.ray_ids = torch::arange(first + b, first + b + m, torch::kInt64).to(device_);
+    const RayBatch rays = narrow_rays(all, b, std::min(chunk, n - b));
     const RenderResult r = model_.render(rays, ctx);
     if (!geometry) {
       parts.push_back(r.rgb.to(torch::kFloat32));
