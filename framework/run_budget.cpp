@@ -26,7 +26,8 @@ constexpr int64_t kReplanEvery = 50;
 constexpr double kEarlierWindowsWeight = 0.7;
 // The final eval's forecast from a probe (ModelFamily::eval_probe) is its time scaled to the
 // eval's work, times this: the eval also gathers the images, scores and writes them, and the
-// model's speed moves between the plan and the end (measured in docs/training_loop.md).
+// model's speed moves between the plan and the end (measured: docs/performance.md, "The final
+// eval's forecast from a probe").
 constexpr double kEvalProbeMargin = 1.25;
 
 }  // namespace

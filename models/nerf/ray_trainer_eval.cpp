@@ -1,5 +1,6 @@
 // The ray family's eval: renders views with their pixels split across ranks in fixed chunks
 // (allgatherv assembles the image on every rank) and scores PSNR/SSIM against the dataset image.
+#include "framework/bench_util.h"
 #include "framework/even_slice.h"
 #include "framework/metrics.h"
 #include "models/nerf/ray_trainer.h"
@@ -65,6 +66,7 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
   ctx.seed = options_.seed;
   ctx.training = false;
   torch::NoGradGuard no_grad;
+  bench::sync(device_);  // the step's queued work is not the probe's
   int64_t begin = 0;  // the probe's rays of views before this one
   for (size_t v : views) {
     const data::Camera& cam = scene_.cameras().at(v);
@@ -80,6 +82,7 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
     }
     begin += pixels;
   }
+  bench::sync(device_);  // the run times the call: the renders must be done, not queued
   return static_cast<double>(count) / static_cast<double>(mine);
 }
 
