@@ -208,7 +208,6 @@ class TrainingRun {
   double last_eval_s_ = -1.0, last_snapshot_s_ = -1.0;
   double eval_cost_ = 0.0;  // forecast_eval_cost(), the ranks' largest, at the last plan
   double eval_forecast_s_ = 0.0;  // the final eval's forecast at the last plan (seconds)
-  bool eval_probed_ = false;      // ... from the family's probe, not from eval_cost
   int64_t plans_ = 0;       // plans taken since start_budget
   bool forecast_deferred_ = false;  // the first plan trains past the eval's forecast (replan)
   bool eval_warned_ = false;  // the eval-does-not-fit warning is given once

@@ -100,7 +100,6 @@ void TrainingRun::start_budget(int64_t first) {
   plans_ = 0;
   eval_cost_ = 0.0;
   eval_forecast_s_ = 0.0;
-  eval_probed_ = false;
   forecast_deferred_ = false;
   eval_warned_ = false;
   const std::string text = plan_text();
@@ -136,8 +135,8 @@ void TrainingRun::replan(int64_t done) {
   seconds_per_cost_ = smoothed_s_ / smoothed_cost_;
   const double elapsed = measured[1].item<double>();
   eval_cost_ = measured[4].item<double>();
-  eval_probed_ = measured[5].item<double>() >= 0;
-  eval_forecast_s_ = eval_probed_ ? measured[5].item<double>() : eval_cost_ * seconds_per_cost_;
+  const bool probed = measured[5].item<double>() >= 0;  // else the family has no probe
+  eval_forecast_s_ = probed ? measured[5].item<double>() : eval_cost_ * seconds_per_cost_;
   window_s_ = 0.0;
   window_cost_ = 0.0;
   next_replan_ = done + kReplanEvery;
@@ -205,7 +204,7 @@ void TrainingRun::replan(int64_t done) {
   else
     std::snprintf(kept, sizeof(kept), "%s kept for the final eval%s and snapshot",
                   log::format_duration(state.reserve_s).c_str(),
-                  eval_s < 0 && eval_probed_ ? " (forecast from a timed sample of it)" : "");
+                  eval_s < 0 && probed ? " (forecast from a timed sample of it)" : "");
   char text[400];
   std::snprintf(text, sizeof(text),
                 "plan: %lld steps (was %lld) to end within the time budget of %s: %.3g s per "

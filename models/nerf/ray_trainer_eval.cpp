@@ -67,15 +67,14 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
   ctx.training = false;
   torch::NoGradGuard no_grad;
   bench::sync(device_);  // the step's queued work is not the probe's
-  int64_t begin = 0;  // the probe's rays of views before this one
+  // The k-th probe ray lands on pixel k * total / count of the views' pixels, one after another.
+  const torch::Tensor global = (torch::arange(count, torch::kInt64) * total).div(count, "floor");
+  int64_t begin = 0;  // the pixels of the views before this one
   for (size_t v : views) {
     const data::Camera& cam = scene_.cameras().at(v);
     const int64_t pixels = cam.width * cam.height;
-    // The k-th probe ray of all views lands on global pixel k * total / count.
-    const int64_t end = ((begin + pixels) * count + total - 1) / total;  // rays below begin+pixels
-    const int64_t start = (begin * count + total - 1) / total;
-    if (end > start) {
-      const torch::Tensor pix = (torch::arange(start, end, torch::kInt64) * total).div(count, "floor") - begin;
+    const torch::Tensor pix = global.masked_select((global >= begin) & (global < begin + pixels)) - begin;
+    if (pix.numel() > 0) {
       const RayBatch rays = view_rays(cam, pix);
       for (int64_t b = 0; b < pix.size(0); b += chunk)
         (void)model_.render(narrow_rays(rays, b, std::min(chunk, pix.size(0) - b)), ctx);
