@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -24,6 +25,22 @@ inline std::pair<int64_t, int64_t> chunk_slice(int64_t n, int64_t chunk, int64_t
   if (chunk < 1) throw std::invalid_argument("chunk_slice: need chunk >= 1");
   const auto [first, last] = even_slice((n + chunk - 1) / chunk, part, parts);
   return {std::min(n, first * chunk), std::min(n, last * chunk)};
+}
+
+// The chunks of `chunk` items of N items (the last one shorter) dealt round-robin: part p gets
+// chunks p, p + parts, p + 2 parts, ... as [first, last) ranges, in order. The chunks are
+// chunk_slice's, independent of `parts`; where the cost of items drifts along the range (the
+// rows of a photo: sky at the top, a table near the camera at the bottom), every part gets some
+// of each stretch, where chunk_slice would give one part the dearest block.
+inline std::vector<std::pair<int64_t, int64_t>> strided_chunks(int64_t n, int64_t chunk,
+                                                               int64_t part, int64_t parts) {
+  if (chunk < 1) throw std::invalid_argument("strided_chunks: need chunk >= 1");
+  if (parts < 1 || part < 0 || part >= parts)
+    throw std::invalid_argument("strided_chunks: need 0 <= part < parts");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t first = part * chunk; first < n; first += parts * chunk)
+    ranges.emplace_back(first, std::min(n, first + chunk));
+  return ranges;
 }
 
 }  // namespace tessera

@@ -21,6 +21,7 @@
 
 #include "distributed/errors.h"
 #include "framework/budget.h"
+#include "framework/even_slice.h"
 #include "framework/fused_adam.h"
 #include "framework/learning_check.h"
 #include "framework/loss_scaler.h"
@@ -746,6 +747,35 @@ TEST(PhaseTimer, ChargesPhasesInOrderAndMarksTheBackward) {
 
 // TFRecord's checksum: CRC-32C's published check values (the nine digits; RFC 3720's 32 zero
 // and 32 0xFF bytes) and the mask (rotate right by 15, add 0xa282ead8).
+// The eval's chunks dealt round-robin (framework/even_slice.h): together the parts cover every
+// item once, each range is one of chunk_slice's chunks (it starts at a multiple of the chunk and
+// is whole but for the last), and part p's ranges are chunks p, p + parts, ...
+TEST(StridedChunks, DealsChunkSliceChunksRoundRobinAndCoversEveryItemOnce) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(strided_chunks(10, 3, 0, 2), (Ranges{{0, 3}, {6, 9}}));
+  EXPECT_EQ(strided_chunks(10, 3, 1, 2), (Ranges{{3, 6}, {9, 10}}));
+  EXPECT_EQ(strided_chunks(4, 3, 2, 3), Ranges{});  // 2 chunks, 3 parts: the third has none
+  for (int64_t n : {0, 1, 7, 768, 121706})
+    for (int64_t chunk : {1, 5, 200, 2048})
+      for (int64_t parts : {1, 2, 3, 4}) {
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        for (int64_t p = 0; p < parts; ++p) {
+          int64_t index = p;  // the chunk's index among all of the view's chunks
+          for (const auto& [first, last] : strided_chunks(n, chunk, p, parts)) {
+            EXPECT_EQ(first, index * chunk);
+            EXPECT_EQ(last, std::min(n, first + chunk));
+            for (int64_t i = first; i < last; ++i) ++seen[static_cast<size_t>(i)];
+            index += parts;
+          }
+        }
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "item " << i << " of " << n << ", chunk "
+                                                     << chunk << ", " << parts << " parts";
+      }
+  EXPECT_THROW(strided_chunks(10, 0, 0, 1), std::invalid_argument);
+  EXPECT_THROW(strided_chunks(10, 3, 2, 2), std::invalid_argument);
+}
+
 TEST(TensorBoardEventFile, Crc32cMatchesThePublishedValues) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   const std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF);

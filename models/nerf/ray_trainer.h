@@ -38,7 +38,10 @@ struct RayTrainerOptions : RunOptions {
   bool rescale_lr = false;        // lr *= sqrt(rate / rate_max) (schedule.h lr_rescale)
   double adam_beta1 = 0.9;        // instant-ngp's Adam settings
   double adam_beta2 = 0.99;
-  int64_t eval_chunk_rays = 16384;  // rays per render call during eval
+  // Rays per render call during eval; 0 = by device (RayTrainer::eval_chunk): 16384 on a GPU,
+  // 2048 on a CPU, where 16384-ray chunks (millions of samples, 4x the memory) rendered the fruit
+  // capture's views 1.5x slower than 512-4096 (docs/training_loop.md, "Eval and output").
+  int64_t eval_chunk_rays = 0;
   distributed::GradientSyncOptions grad_sync;
 };
 
@@ -127,9 +130,15 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   void after_update(const StepControl& control) override;
 
  private:
-  // A camera's pixels, rows split across ranks and gathered on every rank: [H, W, 3] colour
-  // (unclamped), or with `geometry` [H, W, 5]: colour, expected z-depth, opacity (ViewOutputs).
+  // A camera's pixels, in chunks of eval_chunk() dealt round-robin to the ranks and gathered on
+  // every rank: [H, W, 3] colour (unclamped), or with `geometry` [H, W, 5]: colour, expected
+  // z-depth, opacity (ViewOutputs).
   torch::Tensor render_columns(const data::Camera& camera, int64_t step, bool geometry);
+  // options_.eval_chunk_rays, or when 0 the device's default (RayTrainerOptions).
+  int64_t eval_chunk() const;
+  // The row-major indices [n] of the pixels of a view of `pixels` pixels that `rank` renders
+  // (strided_chunks of eval_chunk(), one after another).
+  torch::Tensor rank_pixels(int64_t pixels, int rank) const;
   // The eval's rays through pixels `pix` [n] (row-major indices) of `camera`, on the device: the
   // scene's near, far and background, each pixel's index its ray id.
   RayBatch view_rays(const data::Camera& camera, const torch::Tensor& pix) const;

@@ -17,8 +17,20 @@ torch::Tensor RayTrainer::render_camera(const data::Camera& cam, int64_t step) {
 
 std::string RayTrainer::render_layout() {
   return "the model replicated on " + std::to_string(comm_.size()) +
-         " rank(s), each view's pixels split across them in chunks of " +
-         std::to_string(options_.eval_chunk_rays) + " rays";
+         " rank(s), each view's pixels dealt to them in chunks of " +
+         std::to_string(eval_chunk()) + " rays";
+}
+
+int64_t RayTrainer::eval_chunk() const {
+  if (options_.eval_chunk_rays > 0) return options_.eval_chunk_rays;
+  return device_.is_cuda() ? 16384 : 2048;
+}
+
+torch::Tensor RayTrainer::rank_pixels(int64_t pixels, int rank) const {
+  std::vector<torch::Tensor> parts;
+  for (const auto& [first, last] : strided_chunks(pixels, eval_chunk(), rank, comm_.size()))
+    parts.push_back(torch::arange(first, last, torch::kInt64));
+  return parts.empty() ? torch::zeros({0}, torch::kInt64) : torch::cat(parts);
 }
 
 ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
@@ -48,38 +60,38 @@ RayBatch RayTrainer::view_rays(const data::Camera& cam, const torch::Tensor& pix
 }
 
 double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
-  // This rank's share of the eval's pixels (render_columns' chunks), and as many rays as a
-  // training step's, spread evenly over all of the views' pixels: their render time is what
-  // the eval's rays take at the model's current speed.
-  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
-  int64_t total = 0, mine = 0;
+  // As many of this rank's eval rays as a training step has, spread evenly over the pixels it
+  // renders in the eval (render_columns' chunks of each view) and rendered in calls of at most
+  // the eval's chunk: their render time is what its share of the eval takes at the model's
+  // current speed.
+  const int64_t chunk = eval_chunk();
+  std::vector<torch::Tensor> pixels;  // this rank's eval pixels, per view
+  int64_t mine = 0;
   for (size_t v : views) {
     const data::Camera& cam = scene_.cameras().at(v);
-    const auto [first, last] = chunk_slice(cam.width * cam.height, chunk, comm_.rank(), comm_.size());
-    total += cam.width * cam.height;
-    mine += last - first;
+    pixels.push_back(rank_pixels(cam.width * cam.height, comm_.rank()));
+    mine += pixels.back().size(0);
   }
-  if (total == 0 || mine == 0) return 0.0;
-  const int64_t count = std::min(total, options_.nerf.rays_per_step);
+  if (mine == 0) return 0.0;
+  const int64_t count = std::min(mine, options_.nerf.rays_per_step);
   StepContext ctx;
   ctx.step = step;
   ctx.seed = options_.seed;
   ctx.training = false;
   torch::NoGradGuard no_grad;
   bench::sync(device_);  // the step's queued work is not the probe's
-  // The k-th probe ray lands on pixel k * total / count of the views' pixels, one after another.
-  const torch::Tensor global = (torch::arange(count, torch::kInt64) * total).div(count, "floor");
-  int64_t begin = 0;  // the pixels of the views before this one
-  for (size_t v : views) {
-    const data::Camera& cam = scene_.cameras().at(v);
-    const int64_t pixels = cam.width * cam.height;
-    const torch::Tensor pix = global.masked_select((global >= begin) & (global < begin + pixels)) - begin;
-    if (pix.numel() > 0) {
-      const RayBatch rays = view_rays(cam, pix);
-      for (int64_t b = 0; b < pix.size(0); b += chunk)
-        (void)model_.render(narrow_rays(rays, b, std::min(chunk, pix.size(0) - b)), ctx);
+  // The k-th probe ray is this rank's pixel k * mine / count, counted over the views in order.
+  const torch::Tensor picks = (torch::arange(count, torch::kInt64) * mine).div(count, "floor");
+  int64_t begin = 0;  // this rank's pixels of the views before this one
+  for (size_t i = 0; i < views.size(); ++i) {
+    const int64_t n = pixels[i].size(0);
+    const torch::Tensor at = picks.masked_select((picks >= begin) & (picks < begin + n)) - begin;
+    if (at.numel() > 0) {
+      const RayBatch rays = view_rays(scene_.cameras().at(views[i]), pixels[i].index_select(0, at));
+      for (int64_t b = 0; b < at.size(0); b += chunk)
+        (void)model_.render(narrow_rays(rays, b, std::min(chunk, at.size(0) - b)), ctx);
     }
-    begin += pixels;
+    begin += n;
   }
   bench::sync(device_);  // the run times the call: the renders must be done, not queued
   return static_cast<double>(count) / static_cast<double>(mine);
@@ -88,12 +100,16 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
 torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, bool geometry) {
   const int64_t h = cam.height, w = cam.width;
   // This rank's chunks of the view's pixels (row-major): the view is cut into chunks of
-  // eval_chunk_rays whatever the world size, so each pixel is rendered in the same chunk, with
-  // the same shapes, on any number of ranks.
-  const int64_t chunk = std::max<int64_t>(1, options_.eval_chunk_rays);
-  const auto [first, last] = chunk_slice(h * w, chunk, comm_.rank(), comm_.size());
-  const int64_t n = last - first;
-  const RayBatch all = view_rays(cam, torch::arange(first, last, torch::kInt64));
+  // eval_chunk() whatever the world size, so each pixel is rendered in the same chunk, with the
+  // same shapes, on any number of ranks; the chunks are dealt round-robin, so each rank renders
+  // some of every part of the view (a view's rows differ in cost: the near table at the bottom
+  // of the fruit capture's views marches more samples than the far wall at the top). A chunk
+  // ends where the view ends or where the next one starts, so this rank's pixels, one chunk
+  // after another, are cut into its chunks again by every `chunk` rays.
+  const int64_t chunk = eval_chunk();
+  const torch::Tensor pixels = rank_pixels(h * w, comm_.rank());
+  const int64_t n = pixels.size(0);
+  const RayBatch all = view_rays(cam, pixels);
   // The camera's optical axis in the world: the third column of camera_to_world (OpenCV, z
   // forward).
   const auto& m = cam.camera_to_world;
@@ -128,7 +144,13 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   torch::Tensor mine = parts.empty() ? torch::zeros({0, columns},
                                                     torch::TensorOptions().device(comm_.device()))
                                      : torch::cat(parts, 0).to(comm_.device());
-  return comm_.allgatherv(mine.contiguous()).to(torch::kCPU).reshape({h, w, columns});
+  // allgatherv concatenates the ranks' pixels in rank order; each goes back to its place.
+  std::vector<torch::Tensor> order;
+  for (int r = 0; r < comm_.size(); ++r) order.push_back(rank_pixels(h * w, r));
+  const torch::Tensor gathered = comm_.allgatherv(mine.contiguous()).to(torch::kCPU);
+  return torch::empty({h * w, columns}, gathered.options())
+      .index_copy_(0, torch::cat(order), gathered)
+      .reshape({h, w, columns});
 }
 
 EvalScores RayTrainer::evaluate(int64_t step, const std::vector<size_t>& views,
