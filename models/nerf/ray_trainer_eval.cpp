@@ -103,7 +103,7 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   // eval_chunk() whatever the world size, so each pixel is rendered in the same chunk, with the
   // same shapes, on any number of ranks; the chunks are dealt round-robin, so each rank renders
   // some of every part of the view (a view's rows differ in cost: the near table at the bottom
-  // of the fruit capture's views marches more samples than the far wall at the top). A chunk
+  // of the fruit capture's views renders more samples than its far side at the top). A chunk
   // ends where the view ends or where the next one starts, so this rank's pixels, one chunk
   // after another, are cut into its chunks again by every `chunk` rays.
   const int64_t chunk = eval_chunk();
