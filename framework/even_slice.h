@@ -1,5 +1,6 @@
 // The even split of N items over `parts` (ranks, micro-batches): part p gets [p N / parts,
-// (p + 1) N / parts), sizes differing by at most one, the same split on every rank.
+// (p + 1) N / parts), sizes differing by at most one, the same split on every rank; and the same
+// in whole chunks, in blocks (chunk_slice) or round-robin (strided_chunks).
 #pragma once
 
 #include <algorithm>

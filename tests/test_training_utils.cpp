@@ -745,8 +745,6 @@ TEST(PhaseTimer, ChargesPhasesInOrderAndMarksTheBackward) {
   EXPECT_EQ(median[1], (std::pair<std::string, double>{"b", 1.0}));  // missing counts 0: {5, 0, 1}
 }
 
-// TFRecord's checksum: CRC-32C's published check values (the nine digits; RFC 3720's 32 zero
-// and 32 0xFF bytes) and the mask (rotate right by 15, add 0xa282ead8).
 // The eval's chunks dealt round-robin (framework/even_slice.h): together the parts cover every
 // item once, each range is one of chunk_slice's chunks (it starts at a multiple of the chunk and
 // is whole but for the last), and part p's ranges are chunks p, p + parts, ...
@@ -776,6 +774,8 @@ TEST(StridedChunks, DealsChunkSliceChunksRoundRobinAndCoversEveryItemOnce) {
   EXPECT_THROW(strided_chunks(10, 3, 2, 2), std::invalid_argument);
 }
 
+// TFRecord's checksum: CRC-32C's published check values (the nine digits; RFC 3720's 32 zero
+// and 32 0xFF bytes) and the mask (rotate right by 15, add 0xa282ead8).
 TEST(TensorBoardEventFile, Crc32cMatchesThePublishedValues) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   const std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF);

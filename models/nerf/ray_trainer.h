@@ -1,5 +1,6 @@
 // The ray family (docs/training_loop.md): sharded ray batches, micro-batch accumulation, bucketed
-// gradient sync, Adam, LR and sampling schedules, eval renders split by rows across ranks.
+// gradient sync, Adam, LR and sampling schedules, eval renders in chunks dealt round-robin to
+// the ranks.
 #pragma once
 
 #include <torch/optim.h>
@@ -40,7 +41,7 @@ struct RayTrainerOptions : RunOptions {
   double adam_beta2 = 0.99;
   // Rays per render call during eval; 0 = by device (RayTrainer::eval_chunk): 16384 on a GPU,
   // 2048 on a CPU, where 16384-ray chunks (millions of samples, 4x the memory) rendered the fruit
-  // capture's views 1.5x slower than 512-4096 (docs/training_loop.md, "Eval and output").
+  // capture's views 1.5-1.6x slower than 512-4096 (docs/training_loop.md, "Eval and output").
   int64_t eval_chunk_rays = 0;
   distributed::GradientSyncOptions grad_sync;
 };
@@ -68,7 +69,7 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   EvalScores evaluate(int64_t step, const std::vector<size_t>& views,
                       const ImageSink& on_image) override;
   // Renders any camera (e.g. an orbit around the scene), with the scene's near/far: float32
-  // [H, W, 3] on the CPU, rows split across ranks. Collective.
+  // [H, W, 3] on the CPU, in chunks dealt round-robin to the ranks. Collective.
   torch::Tensor render_camera(const data::Camera& camera, int64_t step) override;
   std::string render_layout() override;
   ViewOutputs render_outputs(const data::Camera& camera, int64_t step) override;
@@ -83,9 +84,9 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   EpochSize epoch_size() const override;
   void set_total_steps(int64_t steps) override;
   double eval_cost(const std::vector<size_t>& views) const override;
-  // Renders rays_per_step of the views' pixels, spread evenly over them, as eval renders them
-  // (ray_trainer_eval.cpp): the eval's speed now. Returns that count over this rank's share of
-  // the eval's pixels.
+  // Renders rays_per_step of this rank's eval pixels of the views, spread evenly over them, in
+  // one call per view of at most eval_chunk() rays (ray_trainer_eval.cpp): this rank's eval
+  // speed now. Returns that count over this rank's eval pixels.
   double eval_probe(const std::vector<size_t>& views, int64_t step) override;
 
   // ---- The run over this family (framework/run.h), built on first use.
@@ -95,8 +96,8 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // One optimizer step for `step` (collective). Its fields (metrics.jsonl) hold the step's "lr",
   // "sampling_rate", "samples_per_ray" and "rendered_per_ray".
   StepRecord train_step(int64_t step) { return run_driver().train_step(step); }
-  // Renders the eval views split by rows across ranks, scores them and (rank 0, when `write`
-  // and out_dir is set) writes renders/step-NNNNNNNN-view-III.png. Collective.
+  // Renders the eval views (chunks dealt round-robin to the ranks), scores them and (rank 0,
+  // when `write` and out_dir is set) writes renders/step-NNNNNNNN-view-III.png. Collective.
   EvalScores evaluate(int64_t step, bool write = true) { return run_driver().evaluate(step, write); }
   // Renders camera `index` of the scene: float32 [H, W, 3] on every rank. Collective.
   torch::Tensor render_view(size_t index, int64_t step);

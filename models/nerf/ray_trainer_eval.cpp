@@ -103,9 +103,9 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   // eval_chunk() whatever the world size, so each pixel is rendered in the same chunk, with the
   // same shapes, on any number of ranks; the chunks are dealt round-robin, so each rank renders
   // some of every part of the view (a view's rows differ in cost: the near table at the bottom
-  // of the fruit capture's views renders more samples than its far side at the top). A chunk
-  // ends where the view ends or where the next one starts, so this rank's pixels, one chunk
-  // after another, are cut into its chunks again by every `chunk` rays.
+  // of the fruit capture's views renders more samples than its far side at the top). Every
+  // chunk but the view's last is `chunk` long, and the view's last chunk is the last of the rank
+  // that gets it, so cutting this rank's pixels every `chunk` rays gives back its chunks.
   const int64_t chunk = eval_chunk();
   const torch::Tensor pixels = rank_pixels(h * w, comm_.rank());
   const int64_t n = pixels.size(0);
