@@ -315,11 +315,14 @@ TEST_P(NerfInvariantsByModel, DeterministicNRanksEqualOneRankBitwise) {
 }
 
 // Fewer units than ranks: 2 units of 128 rays, so on 3 and 4 ranks some ranks render nothing and
-// still join every collective (the exact sum, the occupancy update, the step's counts).
+// still join every collective (the exact sum, the occupancy update, the step's counts). The same
+// in the eval: a view's 768 pixels in 2 chunks of 400, so ranks 2 and 3 render no pixel and still
+// join each view's gather.
 TEST_P(NerfInvariantsByModel, DeterministicRanksWithoutUnitsStillAgree) {
   distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
   RayTrainerOptions o = deterministic_options(true);
   o.nerf.unit_rays = 128;
+  o.eval_chunk_rays = 400;
   o.steps = 6;
   auto a = make(GetParam()), b = make(GetParam());
   RayTrainer one(*test::g_context, self, *a, *scene_, o);

@@ -84,9 +84,9 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   EpochSize epoch_size() const override;
   void set_total_steps(int64_t steps) override;
   double eval_cost(const std::vector<size_t>& views) const override;
-  // Renders rays_per_step of this rank's eval pixels of the views, spread evenly over them, in
-  // one call per view of at most eval_chunk() rays (ray_trainer_eval.cpp): this rank's eval
-  // speed now. Returns that count over this rank's eval pixels.
+  // Renders rays_per_step of this rank's eval pixels of the views, spread evenly over them and
+  // gathered across the views, in calls of at most eval_chunk() rays (ray_trainer_eval.cpp): this
+  // rank's eval speed now. Returns that count over this rank's eval pixels.
   double eval_probe(const std::vector<size_t>& views, int64_t step) override;
 
   // ---- The run over this family (framework/run.h), built on first use.

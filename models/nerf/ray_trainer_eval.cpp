@@ -61,9 +61,10 @@ RayBatch RayTrainer::view_rays(const data::Camera& cam, const torch::Tensor& pix
 
 double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
   // As many of this rank's eval rays as a training step has, spread evenly over the pixels it
-  // renders in the eval (render_columns' chunks of each view) and rendered in calls of at most
-  // the eval's chunk: their render time is what its share of the eval takes at the model's
-  // current speed.
+  // renders in the eval (render_columns' chunks of each view), gathered across the views and
+  // rendered in calls of at most the eval's chunk (not one call per view, a few hundred rays: a
+  // call's cost is not in proportion to its rays): their render time is what its share of the
+  // eval takes at the model's current speed.
   const int64_t chunk = eval_chunk();
   std::vector<torch::Tensor> pixels;  // this rank's eval pixels, per view
   int64_t mine = 0;
@@ -74,25 +75,26 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
   }
   if (mine == 0) return 0.0;
   const int64_t count = std::min(mine, options_.nerf.rays_per_step);
+  // The k-th probe ray is this rank's pixel k * mine / count, counted over the views in order.
+  const torch::Tensor picks = (torch::arange(count, torch::kInt64) * mine).div(count, "floor");
+  std::vector<RayBatch> batches;
+  int64_t begin = 0;  // this rank's pixels of the views before this one
+  for (size_t i = 0; i < views.size(); ++i) {
+    const int64_t n = pixels[i].size(0);
+    const torch::Tensor at = picks.masked_select((picks >= begin) & (picks < begin + n)) - begin;
+    if (at.numel() > 0)
+      batches.push_back(view_rays(scene_.cameras().at(views[i]), pixels[i].index_select(0, at)));
+    begin += n;
+  }
+  const RayBatch rays = cat_rays(batches);
   StepContext ctx;
   ctx.step = step;
   ctx.seed = options_.seed;
   ctx.training = false;
   torch::NoGradGuard no_grad;
   bench::sync(device_);  // the step's queued work is not the probe's
-  // The k-th probe ray is this rank's pixel k * mine / count, counted over the views in order.
-  const torch::Tensor picks = (torch::arange(count, torch::kInt64) * mine).div(count, "floor");
-  int64_t begin = 0;  // this rank's pixels of the views before this one
-  for (size_t i = 0; i < views.size(); ++i) {
-    const int64_t n = pixels[i].size(0);
-    const torch::Tensor at = picks.masked_select((picks >= begin) & (picks < begin + n)) - begin;
-    if (at.numel() > 0) {
-      const RayBatch rays = view_rays(scene_.cameras().at(views[i]), pixels[i].index_select(0, at));
-      for (int64_t b = 0; b < at.size(0); b += chunk)
-        (void)model_.render(narrow_rays(rays, b, std::min(chunk, at.size(0) - b)), ctx);
-    }
-    begin += n;
-  }
+  for (int64_t b = 0; b < count; b += chunk)
+    (void)model_.render(narrow_rays(rays, b, std::min(chunk, count - b)), ctx);
   bench::sync(device_);  // the run times the call: the renders must be done, not queued
   return static_cast<double>(count) / static_cast<double>(mine);
 }
@@ -107,7 +109,9 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
   // chunk but the view's last is `chunk` long, and the view's last chunk is the last of the rank
   // that gets it, so cutting this rank's pixels every `chunk` rays gives back its chunks.
   const int64_t chunk = eval_chunk();
-  const torch::Tensor pixels = rank_pixels(h * w, comm_.rank());
+  std::vector<torch::Tensor> order;  // every rank's pixels, in rank order
+  for (int r = 0; r < comm_.size(); ++r) order.push_back(rank_pixels(h * w, r));
+  const torch::Tensor& pixels = order[comm_.rank()];
   const int64_t n = pixels.size(0);
   const RayBatch all = view_rays(cam, pixels);
   // The camera's optical axis in the world: the third column of camera_to_world (OpenCV, z
@@ -145,8 +149,6 @@ torch::Tensor RayTrainer::render_columns(const data::Camera& cam, int64_t step, 
                                                     torch::TensorOptions().device(comm_.device()))
                                      : torch::cat(parts, 0).to(comm_.device());
   // allgatherv concatenates the ranks' pixels in rank order; each goes back to its place.
-  std::vector<torch::Tensor> order;
-  for (int r = 0; r < comm_.size(); ++r) order.push_back(rank_pixels(h * w, r));
   const torch::Tensor gathered = comm_.allgatherv(mine.contiguous()).to(torch::kCPU);
   return torch::empty({h * w, columns}, gathered.options())
       .index_copy_(0, torch::cat(order), gathered)
