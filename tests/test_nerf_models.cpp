@@ -497,31 +497,6 @@ TEST(NerfHashSkipping, OccludedSamplesChangeNeitherTheRenderNorTheGradients) {
   }
 }
 
-// cat_rays puts narrow_rays' pieces back together: every per-ray tensor, a per-ray background,
-// and a shared one kept as the first batch's.
-TEST(RayBatches, CatRaysJoinsWhatNarrowRaysCut) {
-  RayBatch rays = sphere_rays(4);
-  rays.last_sample_background = true;
-  const auto pieces = [&](const RayBatch& r) {
-    return std::vector<RayBatch>{slice(r, 0, 5), slice(r, 5, 5), slice(r, 5, 21), slice(r, 21, 32)};
-  };
-  const RayBatch joined = nerf::cat_rays(pieces(rays));
-  EXPECT_TRUE(torch::equal(joined.origins, rays.origins));
-  EXPECT_TRUE(torch::equal(joined.directions, rays.directions));
-  EXPECT_TRUE(torch::equal(joined.near, rays.near));
-  EXPECT_TRUE(torch::equal(joined.far, rays.far));
-  EXPECT_TRUE(torch::equal(joined.target_rgb, rays.target_rgb));
-  EXPECT_TRUE(torch::equal(joined.ray_ids, rays.ray_ids));
-  EXPECT_TRUE(torch::equal(joined.background, rays.background)) << "the shared [3] background";
-  EXPECT_TRUE(joined.last_sample_background);
-  rays.background = torch::rand({32, 3});
-  rays.target_rgb = torch::Tensor();
-  const RayBatch per_ray = nerf::cat_rays(pieces(rays));
-  EXPECT_TRUE(torch::equal(per_ray.background, rays.background)) << "a background per ray";
-  EXPECT_FALSE(per_ray.target_rgb.defined());
-  EXPECT_EQ(nerf::cat_rays({}).origins.defined(), false);
-}
-
 // distortion_loss (O(S), prefix sums) against its definition, the double sum over sample pairs,
 // in value and gradient; and it prefers weight on one interval to the same weight spread out.
 TEST(DistortionLoss, MatchesThePairwiseDefinitionAndPrefersConcentratedWeight) {

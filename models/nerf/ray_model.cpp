@@ -22,25 +22,6 @@ RayBatch narrow_rays(const RayBatch& rays, int64_t begin, int64_t count) {
   return out;
 }
 
-RayBatch cat_rays(const std::vector<RayBatch>& batches) {
-  if (batches.empty()) return RayBatch{};
-  auto joined = [&](torch::Tensor RayBatch::*field) {
-    if (!(batches.front().*field).defined()) return torch::Tensor();
-    std::vector<torch::Tensor> parts;
-    for (const RayBatch& b : batches) parts.push_back(b.*field);
-    return torch::cat(parts, 0);
-  };
-  RayBatch out = batches.front();
-  out.origins = joined(&RayBatch::origins);
-  out.directions = joined(&RayBatch::directions);
-  out.near = joined(&RayBatch::near);
-  out.far = joined(&RayBatch::far);
-  out.target_rgb = joined(&RayBatch::target_rgb);
-  if (out.background.defined() && out.background.dim() == 2) out.background = joined(&RayBatch::background);
-  out.ray_ids = joined(&RayBatch::ray_ids);
-  return out;
-}
-
 ModelContext ModelContext::from_scene(const data::SceneReader& scene, torch::Device device) {
   const data::SceneMeta& meta = scene.meta();
   ModelContext context;

@@ -42,12 +42,6 @@ struct RayBatch {
 // shared [3] background and undefined tensors kept as they are.
 RayBatch narrow_rays(const RayBatch& rays, int64_t begin, int64_t count);
 
-// The batches' rays one after another (the probe's rays of several views). The batches define
-// the same per-ray tensors; per-ray [R, 3] backgrounds are joined, while a shared [3] background
-// and last_sample_background are the first batch's (the others' are not compared). An empty list
-// gives a batch with no tensor defined.
-RayBatch cat_rays(const std::vector<RayBatch>& batches);
-
 // What a model renders for a RayBatch. `rgb` is already composited over the batch's background.
 struct RenderResult {
   torch::Tensor rgb;      // [R, 3]

@@ -143,6 +143,10 @@ class RayTrainer : public DataParallelFamily, public ViewRenderer {
   // The eval's rays through pixels `pix` [n] (row-major indices) of `camera`, on the device: the
   // scene's near, far and background, each pixel's index its ray id.
   RayBatch view_rays(const data::Camera& camera, const torch::Tensor& pix) const;
+  // The same over several cameras: ray i through pixel pix[i] of cameras[camera[i]] (the probe's
+  // rays of all eval views in one batch).
+  RayBatch view_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,
+                     const torch::Tensor& pix) const;
   // The loss of a batch of rays (a micro-batch or a unit) of step control.step.
   MicroBatchLoss rays_loss(const StepControl& control, const RayBatch& rays);
   std::unique_ptr<Model> owned_model_;  // set by the owning constructor

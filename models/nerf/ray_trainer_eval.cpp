@@ -43,10 +43,18 @@ ViewOutputs RayTrainer::render_outputs(const data::Camera& cam, int64_t step) {
 }
 
 RayBatch RayTrainer::view_rays(const data::Camera& cam, const torch::Tensor& pix) const {
-  const torch::Tensor y = pix.div(cam.width, "floor"), x = pix - y * cam.width;
+  return view_rays({cam}, torch::zeros({pix.size(0)}, torch::kInt64), pix);
+}
+
+RayBatch RayTrainer::view_rays(const std::vector<data::Camera>& cameras, const torch::Tensor& camera,
+                               const torch::Tensor& pix) const {
+  std::vector<int64_t> widths;
+  for (const data::Camera& cam : cameras) widths.push_back(cam.width);
+  const torch::Tensor width = torch::tensor(widths, torch::kInt64).index_select(0, camera);
+  const torch::Tensor y = pix.div(width, "floor"), x = pix - y * width;
   const int64_t n = pix.size(0);
   RayBatch rays;
-  pixel_rays({cam}, torch::zeros({n}, torch::kInt64), x, y, &rays.origins, &rays.directions);
+  pixel_rays(cameras, camera, x, y, &rays.origins, &rays.directions);
   rays.origins = rays.origins.to(device_);
   rays.directions = rays.directions.to(device_);
   rays.near = torch::full({n}, static_cast<float>(scene_.meta().near), device_);
@@ -77,16 +85,18 @@ double RayTrainer::eval_probe(const std::vector<size_t>& views, int64_t step) {
   const int64_t count = std::min(mine, options_.nerf.rays_per_step);
   // The k-th probe ray is this rank's pixel k * mine / count, counted over the views in order.
   const torch::Tensor picks = (torch::arange(count, torch::kInt64) * mine).div(count, "floor");
-  std::vector<RayBatch> batches;
+  std::vector<data::Camera> cameras;
+  std::vector<torch::Tensor> camera, pix;  // per view: the picks' camera and pixel
   int64_t begin = 0;  // this rank's pixels of the views before this one
   for (size_t i = 0; i < views.size(); ++i) {
     const int64_t n = pixels[i].size(0);
     const torch::Tensor at = picks.masked_select((picks >= begin) & (picks < begin + n)) - begin;
-    if (at.numel() > 0)
-      batches.push_back(view_rays(scene_.cameras().at(views[i]), pixels[i].index_select(0, at)));
+    camera.push_back(torch::full({at.size(0)}, static_cast<int64_t>(i), torch::kInt64));
+    pix.push_back(pixels[i].index_select(0, at));
+    cameras.push_back(scene_.cameras().at(views[i]));
     begin += n;
   }
-  const RayBatch rays = cat_rays(batches);
+  const RayBatch rays = view_rays(cameras, torch::cat(camera), torch::cat(pix));
   StepContext ctx;
   ctx.step = step;
   ctx.seed = options_.seed;
