@@ -121,7 +121,15 @@ class NerfInvariantsTest : public testing::Test {
   static std::unique_ptr<Model> make(const std::string& name) {
     if (name == "nerf-mlp")
       return std::make_unique<nerf::NerfMlp>(small_mlp(), model_context(), kModelSeed);
-    return std::make_unique<nerf::NerfHash>(small_hash(), model_context(), kModelSeed);
+    nerf::NerfHashOptions options = small_hash();
+    if (name == "nerf-hash+proposal") {
+      options.sampler = "proposal";
+      options.proposal.log2_hashmap_size = options.log2_hashmap_size;
+      options.proposal.first_samples = 32;
+      options.proposal.second_samples = 16;
+      options.proposal.nerf_samples = 8;
+    }
+    return std::make_unique<nerf::NerfHash>(options, model_context(), kModelSeed);
   }
   static RayTrainerOptions options() {
     RayTrainerOptions o;
@@ -366,9 +374,11 @@ TEST_P(NerfInvariantsByModel, DeterministicResumeAtAnotherWorldSizeIsBitwise) {
       << got.state.ne(want.state).sum().item<int64_t>() << " values differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, NerfInvariantsByModel, testing::Values("nerf-hash", "nerf-mlp"),
+INSTANTIATE_TEST_SUITE_P(Models, NerfInvariantsByModel,
+                         testing::Values("nerf-hash", "nerf-mlp", "nerf-hash+proposal"),
                          [](const auto& info) {
-                           return info.param == "nerf-hash" ? std::string("hash") : std::string("mlp");
+                           if (info.param == "nerf-hash") return std::string("hash");
+                           return info.param == "nerf-mlp" ? std::string("mlp") : std::string("hash_proposal");
                          });
 
 // Invariant 3: checkpointing every segment changes no value, with random sample jitter.

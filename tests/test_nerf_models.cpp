@@ -52,12 +52,20 @@ ModelContext scene_context() {
   return context;
 }
 
+// nerf-hash with nerf.sampler = "proposal": a test parameter, not a registered model.
+const std::string kHashProposal = "nerf-hash+proposal";
+
+std::string model_name(const std::string& param) {
+  return param == kHashProposal ? "nerf-hash" : param;
+}
+
 std::unique_ptr<Model> create(const std::string& name, int64_t seed = 7) {
   ModelRegistry registry;
   nerf::register_nerf_models(registry);
   Config config;
-  config.model.name = name;
+  config.model.name = model_name(name);
   config.run.seed = seed;
+  if (name == kHashProposal) config.section<nerf::NerfConfig>().hash.sampler = "proposal";
   return registry.create(config, scene_context());
 }
 
@@ -119,8 +127,12 @@ void zero_grads(Model& model) {
     if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
+// The trainer's loss: the mean squared error, and the model's regularization (summed over the
+// rays) per ray.
 torch::Tensor loss_of(const RenderResult& out, const RayBatch& rays) {
-  return (out.rgb - rays.target_rgb).pow(2).mean();
+  const torch::Tensor mse = (out.rgb - rays.target_rgb).pow(2).mean();
+  if (!out.regularization.defined()) return mse;
+  return mse + out.regularization / static_cast<double>(rays.origins.size(0));
 }
 
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
@@ -133,9 +145,9 @@ class NerfModels : public ::testing::TestWithParam<std::string> {};
 TEST_P(NerfModels, RegisteredAndRendersValidShapes) {
   ModelRegistry registry;
   nerf::register_nerf_models(registry);
-  EXPECT_TRUE(registry.contains(GetParam()));
+  EXPECT_TRUE(registry.contains(model_name(GetParam())));
   auto model = create(GetParam());
-  EXPECT_EQ(model->name(), GetParam());
+  EXPECT_EQ(model->name(), model_name(GetParam()));
   const auto rays = sphere_rays(6);
   const auto out = model->render(rays, StepContext{3, 11, true});
   const int64_t r = rays.origins.size(0);
@@ -153,7 +165,9 @@ TEST_P(NerfModels, RegisteredAndRendersValidShapes) {
 TEST_P(NerfModels, GradientsReachEveryParameter) {
   auto model = create(GetParam());
   const auto rays = sphere_rays(8);
-  loss_of(model->render(rays, StepContext{0, 1, true}), rays).backward();
+  // Step 5: at step 0 the proposal sampler draws the radiance field's samples evenly (its weights
+  // are annealed from w^0), and the first proposal field's weights bound theirs: no gradient yet.
+  loss_of(model->render(rays, StepContext{5, 1, true}), rays).backward();
   int index = 0;
   for (auto& group : model->parameter_groups())
     for (auto& p : group.params) {
@@ -193,7 +207,7 @@ TEST_P(NerfModels, RenderIsDeterministicAndIndependentOfTheBatchSplit) {
     EXPECT_TRUE(bitwise_equal(full.depth, torch::cat({a.depth, b.depth})));
     EXPECT_EQ(full.samples, a.samples + b.samples);
   }
-  if (GetParam() == "nerf-mlp") {  // the jitter depends on (seed, step): another step differs
+  if (GetParam() != "nerf-hash") {  // the jitter depends on (seed, step): another step differs
     const auto s1 = model->render(rays, StepContext{12, 99, true});
     const auto s2 = model->render(rays, StepContext{13, 99, true});
     EXPECT_FALSE(s1.depth.equal(s2.depth));
@@ -560,6 +574,115 @@ int64_t parameter_count(Model& model) {
 }
 
 // The [nerf] section's sizes reach the models that registry.create builds from a config.
+// mip-NeRF 360's interlevel loss on hand-made histograms: zero where the proposal's weight on
+// the intervals overlapping a sample's bounds that sample's weight, (w - w_outer)^2 / w where not.
+TEST(NerfHashProposal, InterlevelLossPenalizesWeightTheProposalMisses) {
+  nerf::ProposalOptions options;
+  auto generator = nerf::make_generator({1});
+  const nerf::ProposalSampler sampler(options, generator, torch::kCPU);
+  nerf::ProposalSamples s;
+  s.nerf_edges = torch::tensor({0.0f, 0.25f, 0.5f, 0.75f, 1.0f}).repeat({3, 1});
+  s.edges = {torch::tensor({0.0f, 0.5f, 1.0f}).repeat({3, 1})};
+  s.weights = {torch::tensor({1.0f, 0.0f}).repeat({3, 1})};  // all in front
+  const torch::Tensor w = torch::tensor({0.5f, 0.5f, 0.0f, 0.0f,     // in front: covered
+                                         0.0f, 0.0f, 0.5f, 0.5f,     // behind: missed
+                                         0.0f, 0.0f, 0.0f, 0.0f});   // nothing
+  const torch::Tensor loss = sampler.interlevel_loss(s, w);
+  ASSERT_EQ(loss.sizes(), (std::vector<int64_t>{3}));
+  EXPECT_NEAR(loss[0].item<float>(), 0.0f, 1e-6f);
+  EXPECT_NEAR(loss[1].item<float>(), (2 * 0.25f / 0.5f) / 4, 1e-5f);  // mean over the 4 samples
+  EXPECT_NEAR(loss[2].item<float>(), 0.0f, 1e-6f);
+  // A proposal interval that straddles two samples' intervals bounds both.
+  s.edges = {torch::tensor({0.0f, 0.4f, 0.6f, 1.0f}).repeat({3, 1})};
+  s.weights = {torch::tensor({0.0f, 0.6f, 0.0f}).repeat({3, 1})};
+  const torch::Tensor middle = torch::tensor({0.0f, 0.5f, 0.5f, 0.0f}).repeat({3});
+  EXPECT_NEAR(sampler.interlevel_loss(s, middle)[0].item<float>(), 0.0f, 1e-6f);
+  // Gradients reach the proposal's weights only.
+  s.weights = {torch::tensor({0.2f, 0.2f, 0.2f}).repeat({3, 1}).requires_grad_()};
+  sampler.interlevel_loss(s, middle).sum().backward();
+  EXPECT_LT(s.weights[0].grad()[0][1].item<float>(), 0.0f) << "more weight there lowers the loss";
+}
+
+// The radiance field's samples of nerf.sampler = "proposal" lie in order within the span that
+// marching would cover; training jitters them by (seed, step, ray); eval takes the centres.
+TEST(NerfHashProposal, SamplesLieInOrderWithinTheRaySpan) {
+  auto model = create(kHashProposal);
+  auto* hash = dynamic_cast<nerf::NerfHash*>(model.get());
+  ASSERT_NE(hash, nullptr);
+  const auto rays = sphere_rays(4);  // near 1, far 4
+  const int64_t r = rays.origins.size(0), n = nerf::ProposalOptions{}.nerf_samples;
+  torch::NoGradGuard no_grad;
+  const nerf::ProposalSamples eval = hash->propose(rays);
+  const StepContext train{5, 3, true};
+  const nerf::ProposalSamples jittered = hash->propose(rays, &train);
+  for (const auto* s : {&eval, &jittered}) {
+    ASSERT_EQ(s->samples.ts.size(0), r * n);
+    EXPECT_TRUE(s->samples.ray_offsets.equal(torch::arange(r + 1, torch::kInt64) * n));
+    const auto ts = s->samples.ts.view({r, n});
+    EXPECT_TRUE((ts.slice(1, 1) >= ts.slice(1, 0, -1)).all().item<bool>());
+    EXPECT_GE(ts.min().item<float>(), 1.0f);  // the near plane
+    EXPECT_LE(ts.max().item<float>(), 4.0f);  // the far plane
+    EXPECT_GE(s->samples.deltas.min().item<float>(), 0.0f);
+    const auto expect = rays.origins.index_select(0, s->samples.ray_indices) +
+                        s->samples.ts.unsqueeze(1) * rays.directions.index_select(0, s->samples.ray_indices);
+    EXPECT_TRUE(torch::allclose(s->samples.positions, expect, 1e-5, 1e-5));
+  }
+  EXPECT_FALSE(eval.samples.ts.equal(jittered.samples.ts));
+  EXPECT_TRUE(eval.samples.ts.equal(hash->propose(rays).samples.ts));
+  const StepContext later{6, 3, true};
+  EXPECT_FALSE(jittered.samples.ts.equal(hash->propose(rays, &later).samples.ts));
+}
+
+// The proposal fields learn from the interlevel loss alone where a ray's weight lies, and the
+// radiance field's samples follow: trained against a radiance field whose weight sits on the
+// sphere's surface (all of it on the sample nearest the first hit, none on rays that miss),
+// the samples of the rays that hit gather there.
+TEST(NerfHashProposal, TheProposalFieldsLearnWhereTheWeightIs) {
+  nerf::ProposalOptions options;
+  auto generator = nerf::make_generator({7});
+  const nerf::ProposalSampler sampler(options, generator, torch::kCPU);
+  const auto rays = sphere_rays(12, 4);  // 576 rays from 4 sides, near 1, far 4
+  const auto b = (rays.origins * rays.directions).sum(1);
+  const auto disc = b.square() - (rays.origins.square().sum(1) - kSphereRadius * kSphereRadius);
+  const auto hit = disc > 0;
+  const auto t_hit = -b - disc.clamp_min(0).sqrt();
+  auto to_unit = [](const torch::Tensor& p) { return (p + 1.0f) * 0.5f; };  // the box [-1, 1]^3
+  auto share_near_surface = [&]() {  // of the hit rays' samples, within 0.15 of the hit
+    torch::NoGradGuard no_grad;
+    const auto s = sampler.sample(rays.origins, rays.directions, rays.near, rays.far, to_unit,
+                                  torch::Tensor(), 2 * nerf::ProposalSampler::kAnnealSteps);
+    const auto ts = s.samples.ts.view({rays.origins.size(0), -1});
+    return ((ts - t_hit.unsqueeze(1)).abs() < 0.15f).index({hit}).to(torch::kFloat32).mean().item<double>();
+  };
+  const double before = share_near_surface();
+  torch::optim::Adam adam(sampler.parameters(), torch::optim::AdamOptions(1e-2).eps(1e-15));
+  auto draws = nerf::make_generator({8});
+  for (int step = 0; step < 150; ++step) {
+    adam.zero_grad();
+    const auto uniforms = torch::rand({rays.origins.size(0), 3}, draws);
+    const auto s = sampler.sample(rays.origins, rays.directions, rays.near, rays.far, to_unit,
+                                  uniforms, step);
+    const auto ts = s.samples.ts.view({rays.origins.size(0), -1});
+    const auto nearest = (ts - t_hit.unsqueeze(1)).abs().argmin(1, true);
+    const auto w = torch::zeros_like(ts).scatter_(1, nearest, 1.0f) * hit.unsqueeze(1);
+    sampler.interlevel_loss(s, w.reshape({-1})).mean().backward();
+    adam.step();
+  }
+  const double after = share_near_surface();
+  std::printf("radiance-field samples within 0.15 of the surface: %.3f -> %.3f\n", before, after);
+  EXPECT_LT(before, 0.25);
+  EXPECT_GT(after, 0.5);
+}
+
+// nerf-hash with the proposal sampler learns the sphere as the grid sampler does.
+TEST(NerfHashProposal, LearnsTheSphere) {
+  auto model = create(kHashProposal);
+  const auto [first, last] = train_sphere(*model, 30, 1e-2);
+  std::printf("nerf-hash (proposal sampler) sphere: loss %.5f -> %.5f (%.1fx)\n", first, last,
+              first / last);
+  EXPECT_GT(first / last, 10.0);
+}
+
 TEST(NerfConfigSection, SizesFromTheConfigBuildTheModel) {
   FamilyRegistry families;  // [nerf] joins the config schema
   tessera::models::register_builtin_families(families);
@@ -829,10 +952,10 @@ TEST(NerfMlpMemory, CheckpointingCutsPeakBelowSixTenths) {
   EXPECT_LT(ratio, 0.6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Both, NerfModels, ::testing::Values("nerf-hash", "nerf-mlp"),
+INSTANTIATE_TEST_SUITE_P(Both, NerfModels, ::testing::Values("nerf-hash", "nerf-mlp", kHashProposal),
                          [](const auto& info) {
                            std::string n = info.param;
-                           for (char& c : n) if (c == '-') c = '_';
+                           for (char& c : n) if (c == '-' || c == '+') c = '_';
                            return n;
                          });
 

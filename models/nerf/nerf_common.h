@@ -16,6 +16,7 @@ enum class RandomPurpose : uint64_t {
   kOccupancy = 0x6f636375,      // occupancy-grid jitter
   kSampleJitter = 0x6a697474,   // stratified sample jitter of nerf-mlp
   kMarchJitter = 0x6d617263,    // where nerf-hash's march starts along each training ray
+  kProposalJitter = 0x70726f70, // nerf-hash's proposal sampler: its three draws per training ray
 };
 
 // chain_hash (framework/hashing.h) over the values from the NeRF models' domain constant.

@@ -113,6 +113,9 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
     in = options_.hidden_width;
   }
   color_layers_.push_back(make_dense(in, 3, gen, context.device));
+  // Drawn after the radiance field's: the grid sampler's model starts the same either way.
+  if (options_.sampler == "proposal")
+    proposal_ = std::make_unique<ProposalSampler>(options_.proposal, gen, context.device);
 }
 
 torch::Tensor NerfHash::to_frame(const torch::Tensor& world) const {
@@ -126,7 +129,9 @@ std::vector<ParamGroup> NerfHash::parameter_groups() {
   ParamGroup mlp{"mlp", {}};
   append_parameters(density_layers_, mlp.params);
   append_parameters(color_layers_, mlp.params);
-  return {ParamGroup{"hash_grid", {embeddings_}}, mlp};
+  std::vector<ParamGroup> groups{ParamGroup{"hash_grid", {embeddings_}}, mlp};
+  if (proposal_) groups.push_back(ParamGroup{"proposal", proposal_->parameters()});
+  return groups;
 }
 
 void NerfHash::set_checkpointed_segments(const std::vector<std::string>& names) {
@@ -194,14 +199,7 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext*
       near.numel() > 0) {
     // The march starts at max(near, where the ray enters the clip box) (kernels/ray_march.h,
     // rule 3); starting it u * dt later moves every sample by a fraction of its step.
-    const auto box = clip_box_.to(origins.device());
-    const auto lo = box.slice(0, 0, 3), hi = box.slice(0, 3, 6);
-    const auto inv = 1.0f / rays.directions;  // +-inf on axes the ray runs along
-    const auto t0 = (lo - origins) * inv, t1 = (hi - origins) * inv;
-    // An axis the ray runs along does not bound it (0 * inf would be NaN there).
-    const auto enter = torch::where(rays.directions == 0, torch::full_like(t0, -INFINITY),
-                                    torch::minimum(t0, t1));
-    const auto start = torch::maximum(near, std::get<0>(enter.max(1)));
+    const auto start = torch::maximum(near, clip_span(origins, rays.directions).first);
     auto dt = torch::full_like(start, step_size_);
     if (params.cone_angle > 0) dt = torch::maximum(start * params.cone_angle, dt);
     const auto u = ray_uniforms(rays.ray_ids, context->seed, context->step,
@@ -209,6 +207,36 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext*
     near = start + u.to(start.device()) * dt;
   }
   return kernels::ray_march(origins, rays.directions, near, far, clip_box_, grid_.bitfield(), params);
+}
+
+std::pair<torch::Tensor, torch::Tensor> NerfHash::clip_span(const torch::Tensor& origins,
+                                                            const torch::Tensor& directions) const {
+  const auto box = clip_box_.to(origins.device());
+  const auto lo = box.slice(0, 0, 3), hi = box.slice(0, 3, 6);
+  const auto inv = 1.0f / directions;  // +-inf on axes the ray runs along
+  const auto t0 = (lo - origins) * inv, t1 = (hi - origins) * inv;
+  // An axis the ray runs along does not bound it (0 * inf would be NaN there).
+  const auto along = directions == 0;
+  const auto enter = torch::where(along, torch::full_like(t0, -INFINITY), torch::minimum(t0, t1));
+  const auto leave = torch::where(along, torch::full_like(t0, INFINITY), torch::maximum(t0, t1));
+  return {std::get<0>(enter.max(1)), std::get<0>(leave.min(1))};
+}
+
+ProposalSamples NerfHash::propose(const RayBatch& rays, const StepContext* context) const {
+  const torch::Tensor origins = to_frame(rays.origins);
+  const torch::Tensor near = contract_ ? rays.near * frame_scale_ : rays.near;
+  const torch::Tensor far = contract_ ? rays.far * frame_scale_ : rays.far;
+  const auto [enter, leave] = clip_span(origins, rays.directions);
+  const torch::Tensor t_near = torch::maximum(near, enter);
+  // A ray that misses the box gets a span too short to hold any weight: the background.
+  const torch::Tensor t_far = torch::maximum(torch::minimum(far, leave), t_near + 1e-6f);
+  torch::Tensor uniforms;
+  if (context != nullptr && context->training && rays.ray_ids.defined())
+    uniforms = ray_uniforms(rays.ray_ids, context->seed, context->step,
+                            RandomPurpose::kProposalJitter, 3).to(origins.device());
+  return proposal_->sample(origins, rays.directions, t_near, t_far,
+                           [this](const torch::Tensor& p) { return normalize(p); }, uniforms,
+                           context != nullptr ? context->step : 0);
 }
 
 namespace {
@@ -294,8 +322,16 @@ torch::Tensor NerfHash::occlusion_counts(const kernels::RayMarchOutput& march, c
 RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) {
   set_step(context.step);
   // Marching reads the grid and, with march_jitter in training, (seed, step, ray id): the same
-  // samples on any rank and batch split. The context also times the phases.
-  auto march = this->march(rays, &context);
+  // samples on any rank and batch split; so does the proposal sampler. The context also times
+  // the phases.
+  ProposalSamples proposal;
+  kernels::RayMarchOutput march;
+  if (proposal_) {
+    proposal = propose(rays, &context);
+    march = proposal.samples;
+  } else {
+    march = this->march(rays, &context);
+  }
   const int64_t marched = march.ts.size(0);
   lap(context, "march");
 
@@ -307,7 +343,7 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   // stops at the same sample either way.
   torch::Tensor features;  // of the kept samples, when already known (no gradient needed)
   const bool differentiate = torch::GradMode::is_enabled();
-  if (skip_occluded_) {
+  if (skip_occluded_ && !proposal_) {  // the proposal's few samples are all rendered (nerfacto)
     torch::NoGradGuard no_grad;
     torch::Tensor all_features;  // [marched, geo_features] where evaluated (eval only)
     const auto local = torch::arange(marched, march.ray_offsets.options()) -
@@ -376,6 +412,13 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
                  embeddings_.square().mean({1, 2}).sum();
     result.regularization = result.regularization.defined() ? result.regularization + decay : decay;
   }
+  if (proposal_ && options_.proposal.interlevel_weight > 0 && differentiate) {
+    // Summed over the batch's rays, as the photometric loss and the distortion loss.
+    auto interlevel = options_.proposal.interlevel_weight *
+                      proposal_->interlevel_loss(proposal, out.weights).sum();
+    result.regularization =
+        result.regularization.defined() ? result.regularization + interlevel : interlevel;
+  }
   lap(context, "composite");
   return result;
 }
@@ -386,7 +429,7 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
   torch::Tensor enc, sh;
   {
     torch::NoGradGuard no_grad;
-    const auto march = this->march(rays);
+    const auto march = proposal_ ? propose(rays).samples : this->march(rays);
     enc = encode(normalize(march.positions));
     sh = spherical_harmonics_deg4(rays.directions).index_select(0, march.ray_indices);
   }
@@ -407,6 +450,7 @@ std::vector<SegmentInfo> NerfHash::measure_segments(const RayBatch& rays, const 
 
 void NerfHash::after_step(const StepContext& context, distributed::Communicator& comm) {
   set_step(context.step);
+  if (proposal_) return;  // the grid is not used
   if (options_.grid_update_interval <= 0 || (context.step + 1) % options_.grid_update_interval != 0)
     return;
   // Stored as optical thickness (sigma * step), as instant-ngp does, so the threshold does not

@@ -5,6 +5,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/nerf/ray_model.h"
@@ -12,6 +13,7 @@
 #include "kernels/ray_march.h"
 #include "models/nerf/nerf_common.h"
 #include "models/nerf/occupancy_grid.h"
+#include "models/nerf/proposal_sampler.h"
 
 namespace tessera::models::nerf {
 
@@ -90,6 +92,11 @@ struct NerfHashOptions {
   // Occupancy grid, refreshed every `grid_update_interval` steps (instant-ngp: 16).
   OccupancyGridOptions grid{};
   int64_t grid_update_interval = 16;
+  // Where a ray's samples come from: "grid" marches the occupancy grid (instant-ngp, the steps
+  // above); "proposal" draws them from two small proposal density fields (nerfacto,
+  // proposal_sampler.h), and the occupancy grid is neither used nor updated.
+  std::string sampler = "grid";
+  ProposalOptions proposal{};
 };
 
 class NerfHash : public Model {
@@ -122,6 +129,9 @@ class NerfHash : public Model {
   // from. With `context` in training and march_jitter, each ray starts a random fraction of its
   // first step later (NerfHashOptions::march_jitter).
   kernels::RayMarchOutput march(const RayBatch& rays, const StepContext* context = nullptr) const;
+  // With sampler = "proposal": the proposal sampler's samples of `rays` (in marching space), over
+  // the span marching would cover; with `context` in training, jittered by (seed, step, ray id).
+  ProposalSamples propose(const RayBatch& rays, const StepContext* context = nullptr) const;
   bool contracted() const { return contract_; }
   // World units per frame unit: the uncontracted frame [-1, 1]^3 spans the foreground box and the
   // cameras (unbounded scenes); 1 for bounded ones.
@@ -141,7 +151,10 @@ class NerfHash : public Model {
   torch::Tensor to_frame(const torch::Tensor& world) const;
   // Marching space -> the hash grid's [0, 1]^3 (through the contraction when unbounded).
   torch::Tensor normalize(const torch::Tensor& positions) const;
-  // Marches `rays` through the occupancy grid (in marching space).
+  // Where rays (marching space) enter and leave the clip box [R] each: where marching starts and
+  // stops (kernels/ray_march.h, rule 3).
+  std::pair<torch::Tensor, torch::Tensor> clip_span(const torch::Tensor& origins,
+                                                    const torch::Tensor& directions) const;
 
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
   // The occlusion pass (no gradient): how many of each ray's marched samples volume_render
@@ -193,6 +206,7 @@ class NerfHash : public Model {
   std::vector<DenseLayer> density_layers_;
   std::vector<DenseLayer> color_layers_;
   OccupancyGrid grid_;
+  std::unique_ptr<ProposalSampler> proposal_;  // sampler = "proposal" only
   float step_size_ = 0.0f;
   bool contract_ = false;
   std::array<float, 3> frame_center_{0, 0, 0};
