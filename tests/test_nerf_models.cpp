@@ -245,10 +245,10 @@ std::pair<double, double> train_sphere(Model& model, int steps, double lr) {
   double first = 0, last = 0;
   for (int step = 0; step < steps; ++step) {
     adam.zero_grad();
-    auto loss = loss_of(model.render(rays, StepContext{step, 3, true}), rays);
-    loss.backward();
+    const RenderResult out = model.render(rays, StepContext{step, 3, true});
+    loss_of(out, rays).backward();
     adam.step();
-    if (step == 0) first = loss.item<double>();
+    if (step == 0) first = (out.rgb - rays.target_rgb).pow(2).mean().item<double>();  // as `last`
   }
   {
     torch::NoGradGuard no_grad;
@@ -573,7 +573,6 @@ int64_t parameter_count(Model& model) {
   return n;
 }
 
-// The [nerf] section's sizes reach the models that registry.create builds from a config.
 // mip-NeRF 360's interlevel loss on hand-made histograms: zero where the proposal's weight on
 // the intervals overlapping a sample's bounds that sample's weight, (w - w_outer)^2 / w where not.
 TEST(NerfHashProposal, InterlevelLossPenalizesWeightTheProposalMisses) {
@@ -597,10 +596,12 @@ TEST(NerfHashProposal, InterlevelLossPenalizesWeightTheProposalMisses) {
   s.weights = {torch::tensor({0.0f, 0.6f, 0.0f}).repeat({3, 1})};
   const torch::Tensor middle = torch::tensor({0.0f, 0.5f, 0.5f, 0.0f}).repeat({3});
   EXPECT_NEAR(sampler.interlevel_loss(s, middle)[0].item<float>(), 0.0f, 1e-6f);
-  // Gradients reach the proposal's weights only.
+  // Gradients reach the proposal's weights only, not the radiance field's.
   s.weights = {torch::tensor({0.2f, 0.2f, 0.2f}).repeat({3, 1}).requires_grad_()};
-  sampler.interlevel_loss(s, middle).sum().backward();
+  const torch::Tensor radiance = middle.clone().requires_grad_();
+  sampler.interlevel_loss(s, radiance).sum().backward();
   EXPECT_LT(s.weights[0].grad()[0][1].item<float>(), 0.0f) << "more weight there lowers the loss";
+  EXPECT_FALSE(radiance.grad().defined());
 }
 
 // The radiance field's samples of nerf.sampler = "proposal" lie in order within the span that
@@ -622,6 +623,7 @@ TEST(NerfHashProposal, SamplesLieInOrderWithinTheRaySpan) {
     EXPECT_TRUE((ts.slice(1, 1) >= ts.slice(1, 0, -1)).all().item<bool>());
     EXPECT_GE(ts.min().item<float>(), 1.0f);  // the near plane
     EXPECT_LE(ts.max().item<float>(), 4.0f);  // the far plane
+    EXPECT_LE(s->samples.positions.abs().max().item<float>(), 1.0f + 1e-4f) << "within the box";
     EXPECT_GE(s->samples.deltas.min().item<float>(), 0.0f);
     const auto expect = rays.origins.index_select(0, s->samples.ray_indices) +
                         s->samples.ts.unsqueeze(1) * rays.directions.index_select(0, s->samples.ray_indices);
@@ -631,6 +633,37 @@ TEST(NerfHashProposal, SamplesLieInOrderWithinTheRaySpan) {
   EXPECT_TRUE(eval.samples.ts.equal(hash->propose(rays).samples.ts));
   const StepContext later{6, 3, true};
   EXPECT_FALSE(jittered.samples.ts.equal(hash->propose(rays, &later).samples.ts));
+
+  // A ray along x above the box (y = 3) never enters it: samples of no length, the background.
+  RayBatch miss = slice(rays, 0, 1);
+  miss.origins = torch::tensor({{2.5f, 3.0f, 0.0f}});
+  miss.directions = torch::tensor({{-1.0f, 0.0f, 0.0f}});
+  EXPECT_EQ(hash->propose(miss).samples.deltas.abs().max().item<float>(), 0.0f);
+  const RenderResult out = model->render(miss, StepContext{5, 3, false});
+  EXPECT_EQ(out.opacity.item<float>(), 0.0f);
+  EXPECT_TRUE(torch::allclose(out.rgb, torch::ones({1, 3})));  // sphere_rays' white background
+}
+
+// The proposal fields learn from the interlevel loss only: the photometric loss alone gives them
+// no gradient (the sampling passes none), and with the interlevel loss it does.
+TEST(NerfHashProposal, OnlyTheInterlevelLossReachesTheProposalFields) {
+  const auto rays = sphere_rays(8);
+  for (float weight : {0.0f, 1.0f}) {
+    nerf::NerfHashOptions options;
+    options.sampler = "proposal";
+    options.proposal.interlevel_weight = weight;
+    nerf::NerfHash model(options, scene_context(), 7);
+    loss_of(model.render(rays, StepContext{5, 1, true}), rays).backward();
+    double proposal_grad = 0;
+    for (auto& group : model.parameter_groups())
+      if (group.name == "proposal")
+        for (auto& p : group.params)
+          if (p.grad().defined()) proposal_grad += p.grad().abs().sum().item<double>();
+    if (weight == 0)
+      EXPECT_EQ(proposal_grad, 0.0);
+    else
+      EXPECT_GT(proposal_grad, 0.0);
+  }
 }
 
 // The proposal fields learn from the interlevel loss alone where a ray's weight lies, and the
@@ -683,6 +716,7 @@ TEST(NerfHashProposal, LearnsTheSphere) {
   EXPECT_GT(first / last, 10.0);
 }
 
+// The [nerf] section's sizes reach the models that registry.create builds from a config.
 TEST(NerfConfigSection, SizesFromTheConfigBuildTheModel) {
   FamilyRegistry families;  // [nerf] joins the config schema
   tessera::models::register_builtin_families(families);

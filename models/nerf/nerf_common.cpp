@@ -54,6 +54,10 @@ DenseLayer make_dense(int64_t in, int64_t out, at::Generator& generator, torch::
   return layer;
 }
 
+torch::Tensor lin_disp_distance(const torch::Tensor& t) {
+  return torch::where(t < 1.0f, t * 0.5f, 1.0f - 0.5f / t.clamp_min(1.0f));
+}
+
 torch::Tensor distortion_loss(const torch::Tensor& weights, const torch::Tensor& s_begin,
                               const torch::Tensor& s_end, const torch::Tensor& ray_offsets,
                               const torch::Tensor& ray_indices) {

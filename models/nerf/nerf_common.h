@@ -41,6 +41,11 @@ struct DenseLayer {
 // `generator` (so identical on every rank and device) and then moved to `device`.
 DenseLayer make_dense(int64_t in, int64_t out, at::Generator& generator, torch::Device device);
 
+// mip-NeRF 360's and nerfacto's distance along a ray: g(t) = t / 2 for t < 1 and 1 - 1 / (2 t)
+// beyond, t from the camera in marching units: linear near the camera, like disparity far off,
+// in [0, 1). Elementwise.
+torch::Tensor lin_disp_distance(const torch::Tensor& t);
+
 // mip-NeRF 360's distortion loss (Barron et al. 2022, eq. 15), per ray, on packed samples: with
 // ray r's samples i in order, weights w_i and intervals [a_i, b_i] in a normalized distance s
 // (midpoint m_i, width d_i = b_i - a_i),

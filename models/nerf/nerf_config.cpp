@@ -99,10 +99,10 @@ config_schema::SectionSpec nerf_config_section() {
           .doc("Hidden layers of the color MLP (instant-ngp: 2)."),
       nerf_key("march_steps", [](auto& n) -> auto& { return n.hash.steps_per_diagonal; })
           .range(16, 4096).only_for({kHash})
-          .doc("Ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube)."),
+          .doc("Ray-marching steps per diagonal of the scene box (of the foreground box of an unbounded scene, beyond which steps grow with distance); fewer steps are faster and blur thin surfaces (instant-ngp: 1024 in its unit cube). The grid sampler only (`sampler`)."),
       nerf_key("march_jitter", [](auto& n) -> auto& { return n.hash.march_jitter; })
           .only_for({kHash})
-          .doc("Each training ray starts marching a random fraction of its first step later (a pure function of the seed, step and ray), as instant-ngp trains: its samples move by up to a step. Without it a ray's samples sit at the same depths every epoch. Eval and render march as without (docs/nerf.md, \"Sample positions\")."),
+          .doc("Each training ray starts marching a random fraction of its first step later (a pure function of the seed, step and ray), as instant-ngp trains: its samples move by up to a step. Without it a ray's samples sit at the same depths every epoch. Eval and render march as without (docs/nerf.md, \"Sample positions\"). The grid sampler only: the proposal sampler always moves its draws in training."),
       nerf_key("distortion_weight", [](auto& n) -> auto& { return n.hash.distortion_weight; })
           .range(0.0, 1.0).only_for({kHash})
           .doc("Weight of mip-NeRF 360's distortion loss, per ray, against the photometric mean squared error; it pulls each ray's weight onto one surface (nerfacto: 0.002). Without a proposal sampler it also rewards a layer of density just in front of the camera, so configs/capture_nerf.toml leaves it off (docs/nerf.md, \"Distortion loss\"); 0 = off."),
@@ -112,7 +112,7 @@ config_schema::SectionSpec nerf_config_section() {
           .doc("Where a ray's samples come from. `grid`: marched through the occupancy grid, and only those before the ray's transmittance ends are rendered (instant-ngp). `proposal`: nerfacto's proposal sampler, two small hash-grid density fields evaluated in turn along the ray, each placing the next one's samples where the last put its weight, and the radiance field renders `proposal_field_samples` a ray; the fields learn from mip-NeRF 360's interlevel loss (`interlevel_weight`), and the occupancy grid is not used (docs/nerf.md, \"Proposal sampling\")."),
       nerf_key("proposal_samples_1", [](auto& n) -> auto& { return n.hash.proposal.first_samples; })
           .range(2, 4096).only_for({kHash})
-          .doc("With sampler = \"proposal\": samples a ray of the first proposal field, spread evenly in nerfacto's distance (linear to 1 from the camera in the frame, like disparity beyond) (nerfacto: 256)."),
+          .doc("With sampler = \"proposal\": samples a ray of the first proposal field, spread evenly in nerfacto's distance along the ray (linear out to 1 from the camera, in the frame of an unbounded scene or world units of a bounded one, like disparity beyond; nerfacto: 256)."),
       nerf_key("proposal_samples_2", [](auto& n) -> auto& { return n.hash.proposal.second_samples; })
           .range(2, 4096).only_for({kHash})
           .doc("With sampler = \"proposal\": samples a ray of the second proposal field, drawn from the first one's weights (nerfacto: 96)."),
@@ -121,7 +121,7 @@ config_schema::SectionSpec nerf_config_section() {
           .doc("With sampler = \"proposal\": samples a ray of the radiance field, drawn from the second proposal field's weights; every one is rendered (nerfacto: 48)."),
       nerf_key("interlevel_weight", [](auto& n) -> auto& { return n.hash.proposal.interlevel_weight; })
           .range(0.0, 100.0).only_for({kHash})
-          .doc("With sampler = \"proposal\": weight of mip-NeRF 360's interlevel loss, per ray, against the photometric mean squared error; the only loss the proposal fields learn from (nerfacto: 1)."),
+          .doc("With sampler = \"proposal\": weight of mip-NeRF 360's interlevel loss, per ray, against the photometric mean squared error; the only loss the proposal fields learn from, so 0 leaves them as initialized (nerfacto: 1)."),
       nerf_key("near_gradient_distance", [](auto& n) -> auto& { return n.hash.near_gradient_distance; })
           .range(0.0, 100.0).only_for({kHash})
           .doc("Scales the gradients of samples nearer to their camera than this distance by (t / distance)^2, leaving the render unchanged (\"Floaters No More\", Philip and Deschaintre 2023): without it, density just in front of each camera learns fastest and paints that view there, floaters that other views see as fog. In the frame of an unbounded scene, whose [-1, 1]^3 holds the foreground and the cameras, so 1 is about a camera's distance to the scene. Unbounded scenes (real captures) only. 0 = off."),

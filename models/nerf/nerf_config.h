@@ -25,8 +25,9 @@ struct NerfConfig {
   double adam_eps = 1e-15;
   std::string background = "random";
   bool pixel_jitter = false;
-  // Each model's own sizes: [nerf] hash_* keys (and march_steps, distortion_weight) set `hash`,
-  // mlp_* keys set `mlp`.
+  // Each model's own sizes: [nerf] hash_* keys (and march_*, distortion_weight,
+  // near_gradient_distance, sampler, proposal_*, interlevel_weight) set `hash`, mlp_* keys set
+  // `mlp`.
   NerfHashOptions hash;
   NerfMlpOptions mlp;
 };

@@ -114,8 +114,11 @@ NerfHash::NerfHash(const NerfHashOptions& options, const ModelContext& context, 
   }
   color_layers_.push_back(make_dense(in, 3, gen, context.device));
   // Drawn after the radiance field's: the grid sampler's model starts the same either way.
-  if (options_.sampler == "proposal")
-    proposal_ = std::make_unique<ProposalSampler>(options_.proposal, gen, context.device);
+  if (options_.sampler == "proposal") {
+    ProposalOptions proposal = options_.proposal;
+    proposal.max_log_density = options_.max_log_density;
+    proposal_ = std::make_unique<ProposalSampler>(proposal, gen, context.device);
+  }
 }
 
 torch::Tensor NerfHash::to_frame(const torch::Tensor& world) const {
@@ -193,8 +196,7 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext*
   // Marching space is world scaled by frame_scale_ when unbounded: distances along the (unit)
   // directions scale alike, so t, deltas and near/far are in frame units.
   const torch::Tensor origins = to_frame(rays.origins);
-  torch::Tensor near = contract_ ? rays.near * frame_scale_ : rays.near;
-  const torch::Tensor far = contract_ ? rays.far * frame_scale_ : rays.far;
+  auto [near, far] = near_far(rays);
   if (options_.march_jitter && context != nullptr && context->training && rays.ray_ids.defined() &&
       near.numel() > 0) {
     // The march starts at max(near, where the ray enters the clip box) (kernels/ray_march.h,
@@ -215,21 +217,32 @@ std::pair<torch::Tensor, torch::Tensor> NerfHash::clip_span(const torch::Tensor&
   const auto lo = box.slice(0, 0, 3), hi = box.slice(0, 3, 6);
   const auto inv = 1.0f / directions;  // +-inf on axes the ray runs along
   const auto t0 = (lo - origins) * inv, t1 = (hi - origins) * inv;
-  // An axis the ray runs along does not bound it (0 * inf would be NaN there).
+  // An axis the ray runs along does not bound it (0 * inf would be NaN there), unless the ray
+  // lies outside that axis's slab: then it never enters.
   const auto along = directions == 0;
+  const auto outside = along & ((origins < lo) | (origins > hi));
   const auto enter = torch::where(along, torch::full_like(t0, -INFINITY), torch::minimum(t0, t1));
-  const auto leave = torch::where(along, torch::full_like(t0, INFINITY), torch::maximum(t0, t1));
+  auto leave = torch::where(along, torch::full_like(t0, INFINITY), torch::maximum(t0, t1));
+  leave = torch::where(outside, torch::full_like(t0, -INFINITY), leave);
   return {std::get<0>(enter.max(1)), std::get<0>(leave.min(1))};
+}
+
+std::pair<torch::Tensor, torch::Tensor> NerfHash::near_far(const RayBatch& rays) const {
+  // Marching space is world scaled by frame_scale_ when unbounded: distances along the (unit)
+  // directions scale alike.
+  if (!contract_) return {rays.near, rays.far};
+  return {rays.near * frame_scale_, rays.far * frame_scale_};
 }
 
 ProposalSamples NerfHash::propose(const RayBatch& rays, const StepContext* context) const {
   const torch::Tensor origins = to_frame(rays.origins);
-  const torch::Tensor near = contract_ ? rays.near * frame_scale_ : rays.near;
-  const torch::Tensor far = contract_ ? rays.far * frame_scale_ : rays.far;
+  const auto [near, far] = near_far(rays);
   const auto [enter, leave] = clip_span(origins, rays.directions);
-  const torch::Tensor t_near = torch::maximum(near, enter);
-  // A ray that misses the box gets a span too short to hold any weight: the background.
-  const torch::Tensor t_far = torch::maximum(torch::minimum(far, leave), t_near + 1e-6f);
+  // A ray that misses the box (or ends before it) gets an empty span at its near plane: samples
+  // of no length, no weight, the background.
+  const torch::Tensor miss = torch::maximum(near, enter) >= torch::minimum(far, leave);
+  const torch::Tensor t_near = torch::where(miss, near, torch::maximum(near, enter));
+  const torch::Tensor t_far = torch::where(miss, near, torch::minimum(far, leave));
   torch::Tensor uniforms;
   if (context != nullptr && context->training && rays.ray_ids.defined())
     uniforms = ray_uniforms(rays.ray_ids, context->seed, context->step,
@@ -396,13 +409,20 @@ RenderResult NerfHash::render(const RayBatch& rays, const StepContext& context) 
   result.samples = marched;
   result.samples_rendered = march.ts.size(0);
   if (options_.distortion_weight > 0 && differentiate) {
-    auto s = [](const torch::Tensor& t) { return torch::where(t <= 1.0f, t, 2.0f - 1.0f / t) * 0.5f; };
-    const auto half = march.deltas * 0.5f;
+    // In the lin-disp distance; the proposal sampler's own s, normalized over each ray's span
+    // (nerfacto's), where it placed the samples.
+    torch::Tensor s_begin, s_end;
+    if (proposal_) {
+      s_begin = proposal.nerf_edges.slice(1, 0, -1).reshape({-1});
+      s_end = proposal.nerf_edges.slice(1, 1).reshape({-1});
+    } else {
+      const auto half = march.deltas * 0.5f;
+      s_begin = lin_disp_distance(march.ts - half);
+      s_end = lin_disp_distance(march.ts + half);
+    }
     result.regularization =
         options_.distortion_weight *
-        distortion_loss(out.weights, s(march.ts - half), s(march.ts + half), march.ray_offsets,
-                        march.ray_indices)
-            .sum();
+        distortion_loss(out.weights, s_begin, s_end, march.ray_offsets, march.ray_indices).sum();
   }
   if (options_.weight_decay > 0 && differentiate) {
     // regularization is summed over the batch's rays and divided by the step's global ray count,

@@ -152,9 +152,12 @@ class NerfHash : public Model {
   // Marching space -> the hash grid's [0, 1]^3 (through the contraction when unbounded).
   torch::Tensor normalize(const torch::Tensor& positions) const;
   // Where rays (marching space) enter and leave the clip box [R] each: where marching starts and
-  // stops (kernels/ray_march.h, rule 3).
+  // stops (kernels/ray_march.h, rules 2 and 3). A ray that misses the box leaves before it
+  // enters (an axis it runs along, outside the box's slab: leaves at -inf).
   std::pair<torch::Tensor, torch::Tensor> clip_span(const torch::Tensor& origins,
                                                     const torch::Tensor& directions) const;
+  // The rays' near and far planes in marching units [R] each.
+  std::pair<torch::Tensor, torch::Tensor> near_far(const RayBatch& rays) const;
 
   std::vector<torch::Tensor> density_mlp(const std::vector<torch::Tensor>& in) const;
   // The occlusion pass (no gradient): how many of each ray's marched samples volume_render

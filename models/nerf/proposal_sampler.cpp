@@ -16,19 +16,13 @@ constexpr int kBaseResolution = 16;
 constexpr int kFinestResolution[2] = {128, 256};
 constexpr int64_t kHidden = 16;
 constexpr float kEmbeddingInit = 1e-4f;  // as nerf-hash's table
-constexpr float kMaxLogDensity = 15.0f;  // as nerf-hash's trunc_exp
 // nerfacto's PDF sampler adds this much weight to every interval, so that every part of a ray
 // keeps some samples; the interlevel loss's epsilon.
 constexpr float kHistogramPadding = 0.01f;
 constexpr float kInterlevelEps = 1e-7f;
 constexpr double kAnnealSlope = 10.0;
 
-// g(t): t / 2 below 1, 1 - 1 / (2 t) beyond (nerfacto's UniformLinDispPiecewiseSampler).
-torch::Tensor spacing(const torch::Tensor& t) {
-  return torch::where(t < 1.0f, t * 0.5f, 1.0f - 0.5f / t.clamp_min(1.0f));
-}
-
-// g^-1(x) for x in [0, 1).
+// g^-1(x) for x in [0, 1), g = lin_disp_distance (nerfacto's UniformLinDispPiecewiseSampler).
 torch::Tensor spacing_inverse(const torch::Tensor& x) {
   return torch::where(x < 0.5f, x * 2.0f, 0.5f / (1.0f - x).clamp_min(1e-6f));
 }
@@ -76,7 +70,9 @@ torch::Tensor pdf_edges(const torch::Tensor& edges, const torch::Tensor& weights
 // Alpha-compositing weights [R, n] of densities over intervals of lengths `deltas` [R, n].
 torch::Tensor composite_weights(const torch::Tensor& sigma, const torch::Tensor& deltas) {
   const torch::Tensor optical = sigma * deltas;
-  const torch::Tensor before = torch::cumsum(optical, 1) - optical;  // exclusive
+  const torch::Tensor before =  // exclusive sums (not cumsum - optical, which a large term rounds)
+      torch::cat({torch::zeros({optical.size(0), 1}, optical.options()),
+                  torch::cumsum(optical, 1).slice(1, 0, -1)}, 1);
   return (1.0f - torch::exp(-optical)) * torch::exp(-before);
 }
 
@@ -121,7 +117,7 @@ std::vector<torch::Tensor> ProposalSampler::parameters() const {
 torch::Tensor ProposalSampler::density(const Field& field, const torch::Tensor& unit) const {
   const torch::Tensor enc = kernels::hash_encoding(unit, field.table, field.encoding);
   const torch::Tensor x = field.out(torch::relu(field.hidden(enc))).squeeze(1);
-  return torch::exp(x.clamp_max(kMaxLogDensity));
+  return torch::exp(x.clamp_max(options_.max_log_density));
 }
 
 ProposalSamples ProposalSampler::sample(const torch::Tensor& origins, const torch::Tensor& directions,
@@ -130,7 +126,8 @@ ProposalSamples ProposalSampler::sample(const torch::Tensor& origins, const torc
                                         const torch::Tensor& uniforms, int64_t step) const {
   const int64_t rays = origins.size(0);
   const auto options = origins.options().dtype(torch::kFloat32);
-  const torch::Tensor g_near = spacing(t_near).unsqueeze(1), g_far = spacing(t_far).unsqueeze(1);
+  const torch::Tensor g_near = lin_disp_distance(t_near).unsqueeze(1);
+  const torch::Tensor g_far = lin_disp_distance(t_far).unsqueeze(1);
   // s -> t, and the midpoints and lengths of the intervals between edges [R, n + 1].
   auto intervals = [&](const torch::Tensor& edges, torch::Tensor* mid, torch::Tensor* deltas) {
     const torch::Tensor t = spacing_inverse(g_near + edges * (g_far - g_near));

@@ -27,11 +27,12 @@ struct ProposalOptions {
   int64_t nerf_samples = 48;     // nerfacto's num_nerf_samples_per_ray
   float interlevel_weight = 1.0f;  // nerfacto's interlevel_loss_mult
   int log2_hashmap_size = 17;      // rows a level of each proposal field's table (nerfacto: 2^17)
+  float max_log_density = 15.0f;   // sigma = exp(min(x, this)), as the radiance field's
 };
 
-// One ray batch's samples. Distances s are nerfacto's normalized ones: with g(t) = t / 2 for
-// t < 1 and 1 - 1 / (2 t) beyond (linear near the camera, like disparity far off; t in marching
-// units), s = (g(t) - g(near)) / (g(far) - g(near)) in [0, 1].
+// One ray batch's samples. Distances s are nerfacto's normalized ones: with g =
+// lin_disp_distance (nerf_common.h; t in marching units: the frame of an unbounded scene, world
+// units of a bounded one), s = (g(t) - g(near)) / (g(far) - g(near)) in [0, 1].
 struct ProposalSamples {
   kernels::RayMarchOutput samples;  // the radiance field's: nerf_samples a ray, packed, in t
   torch::Tensor nerf_edges;         // [R, nerf_samples + 1] their interval edges in s
@@ -44,13 +45,13 @@ class ProposalSampler {
  public:
   // The two fields as nerfacto's: 5 levels of F = 2 from N_min 16 to N_max 128 and 256,
   // options.log2_hashmap_size rows a level, then 10 -> 16 (ReLU) -> 1, density = exp of it
-  // (clamped as nerf-hash's).
+  // (clamped at options.max_log_density).
   ProposalSampler(const ProposalOptions& options, at::Generator& generator, torch::Device device);
 
   std::vector<torch::Tensor> parameters() const;
 
   // Samples along rays in marching space: origins, unit directions [R, 3], each ray's span
-  // [t_near, t_far) [R] (t_far > t_near). `to_unit` maps marching-space points [M, 3] to the hash
+  // [t_near, t_far] [R] (t_far >= t_near; an empty span's samples have no length and no weight). `to_unit` maps marching-space points [M, 3] to the hash
   // grids' [0, 1]^3. `uniforms` [R, 3] jitters the three draws (training: nerfacto's single
   // jitter per ray and draw); undefined, the samples are the draws' centres (eval). `step` anneals
   // the proposal weights (nerfacto's: w^a, a from 0 to 1 over the first kAnnealSteps steps).
