@@ -193,8 +193,7 @@ kernels::RayMarchOutput NerfHash::march(const RayBatch& rays, const StepContext*
   params.cone_angle = contract_ ? options_.unbounded_cone_angle : 0.0f;
   params.contract = contract_;
   params.max_samples_per_ray = options_.max_samples_per_ray;
-  // Marching space is world scaled by frame_scale_ when unbounded: distances along the (unit)
-  // directions scale alike, so t, deltas and near/far are in frame units.
+  // t, deltas and near/far are in marching units (near_far).
   const torch::Tensor origins = to_frame(rays.origins);
   auto [near, far] = near_far(rays);
   if (options_.march_jitter && context != nullptr && context->training && rays.ray_ids.defined() &&

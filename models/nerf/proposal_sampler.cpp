@@ -23,7 +23,7 @@ constexpr float kInterlevelEps = 1e-7f;
 constexpr double kAnnealSlope = 10.0;
 
 // g^-1(x) for x in [0, 1), g = lin_disp_distance (nerfacto's UniformLinDispPiecewiseSampler).
-torch::Tensor spacing_inverse(const torch::Tensor& x) {
+torch::Tensor lin_disp_inverse(const torch::Tensor& x) {
   return torch::where(x < 0.5f, x * 2.0f, 0.5f / (1.0f - x).clamp_min(1e-6f));
 }
 
@@ -130,7 +130,7 @@ ProposalSamples ProposalSampler::sample(const torch::Tensor& origins, const torc
   const torch::Tensor g_far = lin_disp_distance(t_far).unsqueeze(1);
   // s -> t, and the midpoints and lengths of the intervals between edges [R, n + 1].
   auto intervals = [&](const torch::Tensor& edges, torch::Tensor* mid, torch::Tensor* deltas) {
-    const torch::Tensor t = spacing_inverse(g_near + edges * (g_far - g_near));
+    const torch::Tensor t = lin_disp_inverse(g_near + edges * (g_far - g_near));
     *mid = (t.slice(1, 0, -1) + t.slice(1, 1)) * 0.5f;
     *deltas = t.slice(1, 1) - t.slice(1, 0, -1);
   };
@@ -143,23 +143,26 @@ ProposalSamples ProposalSampler::sample(const torch::Tensor& origins, const torc
   const double a = anneal(step);
   auto annealed = [a](const torch::Tensor& w) { return a == 1.0 ? w : w.pow(a); };
 
+  // Draw 0 is even; each next one follows the last proposal field's weights. The proposal fields
+  // are evaluated on theirs; the last draw is the radiance field's.
   ProposalSamples out;
-  const int64_t counts[2] = {options_.first_samples, options_.second_samples};
-  for (size_t level = 0; level < fields_.size(); ++level) {
+  const int64_t counts[3] = {options_.first_samples, options_.second_samples, options_.nerf_samples};
+  torch::Tensor mid, deltas;
+  for (size_t draw = 0; draw <= fields_.size(); ++draw) {
     const torch::Tensor edges =
-        level == 0 ? uniform_edges(rays, counts[0], jitter(0), options)
-                   : pdf_edges(out.edges.back(), annealed(out.weights.back().detach()), counts[level],
-                               jitter(static_cast<int64_t>(level)));
-    torch::Tensor mid, deltas;
+        draw == 0 ? uniform_edges(rays, counts[0], jitter(0), options)
+                  : pdf_edges(out.edges.back(), annealed(out.weights.back().detach()), counts[draw],
+                              jitter(static_cast<int64_t>(draw)));
     intervals(edges, &mid, &deltas);
-    const torch::Tensor sigma = density(fields_[level], to_unit(points(mid))).reshape({rays, -1});
+    if (draw == fields_.size()) {
+      out.nerf_edges = edges;
+      break;
+    }
+    const torch::Tensor sigma = density(fields_[draw], to_unit(points(mid))).reshape({rays, -1});
     out.edges.push_back(edges);
     out.weights.push_back(composite_weights(sigma, deltas));
   }
   const int64_t n = options_.nerf_samples;
-  out.nerf_edges = pdf_edges(out.edges.back(), annealed(out.weights.back().detach()), n, jitter(2));
-  torch::Tensor mid, deltas;
-  intervals(out.nerf_edges, &mid, &deltas);
   const auto index_options = options.dtype(torch::kInt64);
   out.samples.ray_offsets = torch::arange(rays + 1, index_options) * n;
   out.samples.ts = mid.reshape({-1}).contiguous();
