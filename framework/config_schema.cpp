@@ -198,7 +198,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("The split evaluated, with the family's eval metrics (each family's doc): its views (PSNR, SSIM, rendered PNGs), or its shapes (e.g. a held-out loss and sample metrics)."),
       key("eval", "max_views", [](auto& c) -> auto& { return c.eval.max_views; })
           .defaults_to(4).range(1, 100000)
-          .doc("Items (views, shapes) of the split scored per evaluation, the first ones."),
+          .doc("Items (views, shapes) of the split scored per evaluation, spread evenly over it (item i * n / max_views of its n; all when max_views >= n): the first views of a capture would score one part of it (a walk-through's first photos, its start)."),
       key("eval", "train_views", [](auto& c) -> auto& { return c.eval.train_views; })
           .defaults_to(4).range(0, 100000)
           .doc("Image families: this many train views (at most as many as the eval views scored), spread evenly over the train split, are scored too, and the eval line adds `train_psnr` and `psnr_gap` (train minus eval PSNR). A gap over 6 dB is a warning that names the likely causes: the model fits the training views without the scene's geometry. 0 = off; no effect when `eval.split` is train."),

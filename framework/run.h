@@ -40,7 +40,7 @@ struct RunOptions {
   int64_t log_every = 100;         // progress line + metrics.jsonl record (0 = only at the end)
   int64_t eval_every = 0;          // eval cadence in steps (0 = only at the end)
   std::string eval_split = "val";  // "train" | "val" | "test"
-  int64_t eval_max_views = 4;      // at most this many views of the split (first ones); -1 all
+  int64_t eval_max_views = 4;      // at most this many views, spread over the split; -1 all
   // Image families: train views also scored (spread over the train split), for the train-eval
   // PSNR gap; a gap over kOverfitGapDb warns with ModelFamily::overfitting_causes. 0 = off.
   int64_t eval_train_views = 0;

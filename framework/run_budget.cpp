@@ -34,9 +34,10 @@ constexpr double kEvalProbeMargin = 1.25;
 
 std::pair<std::vector<size_t>, std::vector<size_t>> TrainingRun::eval_view_lists() const {
   const data::Split split = data::parse_split(options_.eval_split, "eval.split");
+  // Spread over the split, as the train views below: the first views of a capture (every 8th
+  // photo of a walk-through, say) would score one place of it.
   std::vector<size_t> views = dataset_.indices(split);
-  if (options_.eval_max_views >= 0 && static_cast<int64_t>(views.size()) > options_.eval_max_views)
-    views.resize(options_.eval_max_views);
+  if (options_.eval_max_views >= 0) views = spread_views(views, options_.eval_max_views);
   // How well the model fits what it trains on, beside how well it renders new views (scored
   // for families that report PSNR). As many as the eval views at most, so that the gap costs
   // at most the eval's own time again.

@@ -13,6 +13,7 @@
 #include "framework/data/image_io.h"
 #include "framework/data/orbit.h"
 #include "framework/data/video.h"
+#include "framework/learning_check.h"
 
 namespace tessera {
 
@@ -70,8 +71,14 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
     if (views.empty())
       throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");
   }
-  if (request.max_views >= 0 && static_cast<int64_t>(views.size()) > request.max_views)
-    views.resize(static_cast<size_t>(request.max_views));
+  if (request.max_views >= 0 && static_cast<int64_t>(views.size()) > request.max_views) {
+    // Spread over the views, as an eval picks them (an orbit or a path keeps its whole span).
+    std::vector<size_t> all(views.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    decltype(views) kept;
+    for (size_t i : spread_views(all, request.max_views)) kept.push_back(views[i]);
+    views = std::move(kept);
+  }
   if (!request.video.empty()) {
     // Checked on every rank, before any rendering: a video's frames share one size.
     for (const auto& [name, camera] : views)

@@ -11,7 +11,8 @@
 namespace tessera {
 
 // The restored model's scores on `split` ("train", "val" or "test"), or with split "" on val and
-// test, those the dataset has; at most `max_views` items each (-1: all). One JSON object:
+// test, those the dataset has; at most `max_views` items each, spread over the split (-1: all).
+// One JSON object:
 // {"model", "ranks", "splits": {SPLIT: EvalScores::to_json()}}. UserError when the named split is
 // empty, or without a split when the dataset has neither val nor test. Collective.
 nlohmann::json evaluate_splits(const Session& run, const std::string& split, int64_t max_views);
@@ -29,7 +30,7 @@ struct RenderRequest {
   // A nerfstudio camera path's cameras instead (data/camera_path.h), views path-NNN; with the
   // nerfstudio run's dataparser_transforms.json when the poses are in its frame.
   std::string camera_path, dataparser_transforms;
-  int64_t max_views = -1; // at most this many views (-1: all)
+  int64_t max_views = -1; // at most this many views, spread over them (-1: all)
 };
 
 // Renders the views `request` names with the family's ViewRenderer; rank 0 writes

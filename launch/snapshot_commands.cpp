@@ -131,7 +131,9 @@ void add_common(CLI::App* sub, SnapshotCommandOptions& o) {
                   "data.path=FILE when the dataset moved), or with --ply of the model's default "
                   "config (e.g. --set gaussians.resolution_scale=2). Repeatable")
       ->type_name("KEY=VALUE");
-  sub->add_option("--max-views", o.max_views, "Use at most this many views (default: all)")
+  sub->add_option("--max-views", o.max_views,
+                  "At most this many views (eval: of each split), spread evenly over them as "
+                  "a run's eval picks them, not the first ones (default: all)")
       ->check(CLI::NonNegativeNumber);
 }
 

@@ -454,6 +454,49 @@ TEST_F(TrainerTest, RunWritesMetricsAndRenders) {
     EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/renders/" + name)) << name;
 }
 
+// The eval's views are spread over the split, not its first ones: with 8 val views (cameras
+// 1-8) and eval.max_views 2 it scores cameras 1 and 5 (val views 0 and 4 of 8), as the renders'
+// names show; the first two would be cameras 1 and 2.
+TEST_F(TrainerTest, EvalViewsAreSpreadOverTheSplit) {
+  const std::string dir = test::make_shared_temp_dir("tessera-trainer-spread", [](const std::string& d) {
+    data::SceneMeta meta;
+    meta.near = 0.1, meta.far = 4.0, meta.background = {0.2, 0.4, 0.6};
+    meta.scene_bounds = {-1, -1, -1, 1, 1, 1};
+    std::vector<data::Camera> cams;
+    for (int i = 0; i < 9; ++i) {
+      cams.push_back(camera(i));
+      cams.back().split = i == 0 ? data::Split::Train : data::Split::Val;
+    }
+    data::SceneWriter writer(d + "/scene.h5", meta, cams, false);
+    for (int i = 0; i < 9; ++i)
+      writer.write_image(i, ((torch::arange(kPixels * 3, torch::kInt64).reshape({12, 16, 3}) *
+                              (7 + i)) % 256).to(torch::kUInt8));
+    writer.commit();
+  });
+  {
+    data::SceneReader scene(dir + "/scene.h5");
+    RayTrainerOptions o = options();
+    o.steps = 2;
+    o.eval_max_views = 2;
+    o.out_dir = dir + "/run";
+    DirectionMlp model;
+    RayTrainer trainer(*test::g_context, world(), model, scene, o);
+    const TrainSummary s = trainer.run();
+    EXPECT_EQ(s.eval.items, 2);
+    world().barrier();
+    if (world().rank() == 0) {
+      std::vector<std::string> renders;
+      for (const auto& entry : std::filesystem::directory_iterator(o.out_dir + "/renders"))
+        if (entry.path().filename().string().rfind("step-", 0) == 0)
+          renders.push_back(entry.path().filename().string());
+      std::sort(renders.begin(), renders.end());
+      EXPECT_EQ(renders, (std::vector<std::string>{"step-00000002-view-001.png",
+                                                   "step-00000002-view-005.png"}));
+    }
+  }
+  test::remove_shared_temp_dir(dir);
+}
+
 // Invariant 4: 6 steps straight equal 3 steps, a snapshot, and 3 more steps in a fresh RayTrainer
 // and model that load it: bitwise, at the same world size.
 TEST_F(TrainerTest, ResumeIsExact) {
