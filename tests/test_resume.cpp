@@ -576,6 +576,15 @@ TEST_F(ResumeTest, GaussiansFromPlyScheduledPassesThenEvalAndRender) {
   ASSERT_EQ(orbit.exit_code, 0) << orbit.output;
   EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-000.png"));
   EXPECT_TRUE(fs::exists(dir_ + "/gs-orbit/orbit-001.png"));
+  // --max-views spreads over the views as a run's eval picks them: 2 of an orbit of 4 are
+  // views 0 and 2 (the first two would be 0 and 1).
+  const Job spread = run({binary_, "render", last, "--out", dir_ + "/gs-spread", "--orbit", "4",
+                          "--max-views", "2"},
+                         60);
+  ASSERT_EQ(spread.exit_code, 0) << spread.output;
+  EXPECT_TRUE(fs::exists(dir_ + "/gs-spread/orbit-000.png"));
+  EXPECT_TRUE(fs::exists(dir_ + "/gs-spread/orbit-002.png"));
+  EXPECT_FALSE(fs::exists(dir_ + "/gs-spread/orbit-001.png"));
 
   // `render --video`: on 2 ranks, an H.264 MP4 with one frame per view, of the PNGs' size,
   // in order (each decoded frame is nearest its own PNG); bad input is refused before any work
