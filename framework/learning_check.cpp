@@ -70,12 +70,4 @@ std::optional<std::string> overfitting_warning(double eval_psnr, double train_ps
          family_causes + " See docs/datasets.md, \"Training your own capture\".";
 }
 
-std::vector<size_t> spread_views(const std::vector<size_t>& views, int64_t k) {
-  const size_t n = views.size();
-  const size_t m = k <= 0 ? 0 : std::min(n, static_cast<size_t>(k));
-  std::vector<size_t> out;
-  for (size_t i = 0; i < m; ++i) out.push_back(views[i * n / m]);
-  return out;
-}
-
 }  // namespace tessera

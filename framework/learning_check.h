@@ -2,6 +2,7 @@
 // first steps after a few hundred steps, and a warning that names the likely causes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -54,7 +55,20 @@ std::optional<std::string> overfitting_warning(double eval_psnr, double train_ps
                                                const std::string& family_causes);
 
 // `k` of `views`, spread evenly over them (views next to each other in a capture look alike):
-// views[i * n / k] for i < k; all of them when k >= n, none when k <= 0.
-std::vector<size_t> spread_views(const std::vector<size_t>& views, int64_t k);
+// views[i * n / k] for i < k; all of them when k >= n, none when k <= 0. Of any kind of view
+// (indices, or a render's named cameras).
+template <typename View>
+std::vector<View> spread_views(const std::vector<View>& views, int64_t k) {
+  const size_t n = views.size();
+  const size_t m = k <= 0 ? 0 : std::min(n, static_cast<size_t>(k));
+  std::vector<View> out;
+  out.reserve(m);
+  for (size_t i = 0; i < m; ++i) out.push_back(views[i * n / m]);
+  return out;
+}
+// Camera indices (also takes a braced list).
+inline std::vector<size_t> spread_views(const std::vector<size_t>& views, int64_t k) {
+  return spread_views<size_t>(views, k);
+}
 
 }  // namespace tessera

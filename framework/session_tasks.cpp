@@ -71,14 +71,8 @@ int64_t render_views(const Session& run, const RenderRequest& request) {
     if (views.empty())
       throw UserError(run.config.data.path + " has no " + split + " views; use --split or --orbit");
   }
-  if (request.max_views >= 0 && static_cast<int64_t>(views.size()) > request.max_views) {
-    // Spread over the views, as an eval picks them (an orbit or a path keeps its whole span).
-    std::vector<size_t> all(views.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    decltype(views) kept;
-    for (size_t i : spread_views(all, request.max_views)) kept.push_back(views[i]);
-    views = std::move(kept);
-  }
+  // Spread over the views, as an eval picks them (an orbit or a path keeps its whole span).
+  if (request.max_views >= 0) views = spread_views(views, request.max_views);
   if (!request.video.empty()) {
     // Checked on every rank, before any rendering: a video's frames share one size.
     for (const auto& [name, camera] : views)
