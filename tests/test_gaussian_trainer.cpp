@@ -185,6 +185,30 @@ TEST_F(GaussianTrainerTest, OneStepImageAndGradientsEqualOneRank) {
                 format_bytes(trainer.memory().peak_bytes).c_str());
 }
 
+// gaussians.opacity_reg adds w x mean(sigmoid(logit)) over every Gaussian to the loss: each
+// opacity logit's gradient gains (w / N) sigmoid'(logit), at any world size, and no other
+// gradient changes.
+TEST_F(GaussianTrainerTest, OpacityRegularizerAddsItsGradientAtAnyWorldSize) {
+  gs::GaussianTrainerOptions reg = options();
+  reg.opacity_reg = 0.5;
+  gs::GaussianTrainer trainer(world(), *scene_, reg);
+  distributed::MpiCommunicator self(*test::g_context, MPI_COMM_SELF);
+  gs::GaussianTrainer plain(self, *scene_, options());
+  const gs::GaussianStepResult with = trainer.forward_backward(0);
+  const gs::GaussianStepResult without = plain.forward_backward(0);
+  EXPECT_NEAR(with.loss, without.loss, kTolerance * without.loss) << "the reported loss is photometric";
+  const auto got = trainer.canonical_grads(), want = plain.canonical_grads();
+  const torch::Tensor o = torch::sigmoid(plain.canonical_params().opacity_logits);
+  const double n = static_cast<double>(plain.local_count());
+  const torch::Tensor added = o * (1 - o) * (0.5 / n);
+  const torch::Tensor expected = want[3] + added;
+  EXPECT_LE(relative_diff(got[3], expected), kTolerance);
+  // The regularizer's part is not lost in the photometric one: it moves the gradient.
+  EXPECT_GT(relative_diff(want[3], expected), 100 * kTolerance);
+  for (size_t i : {0, 1, 4, 5})
+    EXPECT_LE(relative_diff(got[i], want[i]), kTolerance) << gs::kGroupNames[i];
+}
+
 // (2) Ten steps with one densification and rebalancing: canonical parameters equal.
 TEST_F(GaussianTrainerTest, TenStepsWithDensificationEqualOneRank) {
   gs::GaussianTrainer trainer(world(), *scene_, densify_options());

@@ -66,6 +66,9 @@ config_schema::SectionSpec gaussian_config_section() {
       gs_key("ssim_weight", [](auto& g) -> auto& { return g.ssim_weight; })
           .range(0, 1)
           .doc("Loss = (1 - w) L1 + w (1 - SSIM) (INRIA `lambda_dssim`)."),
+      gs_key("opacity_reg", [](auto& g) -> auto& { return g.opacity_reg; })
+          .range(0, 1)
+          .doc("Weight of the opacity regularizer: this times the mean opacity of all Gaussians is added to the loss (gsplat `opacity_reg`, from 3DGS-MCMC), so Gaussians no train view needs, such as those hidden behind surfaces from every view, fade and are pruned instead of floating into novel views. 0: none (INRIA)."),
       gs_key("lr_means", [](auto& g) -> auto& { return g.rates.means_init; })
           .range_open_low(0, 1)
           .doc("Learning rate of the positions at step 0, times the scene extent (INRIA `position_lr_init`)."),

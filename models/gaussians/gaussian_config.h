@@ -49,6 +49,11 @@ struct GaussianConfig {
   int sh_degree_interval = 1000;      // SH degree = min(max_sh_degree, s / interval) (INRIA)
   int max_sh_degree = kMaxShDegree;
   double ssim_weight = kDefaultSsimWeight;  // loss = (1 - w) L1 + w (1 - SSIM)
+  // Weight of the opacity regularizer: opacity_reg x the mean opacity over every Gaussian is added
+  // to the loss (gsplat's opacity_reg, from 3DGS-MCMC). A Gaussian no train view needs, such as one
+  // hidden behind a surface from every view, gets no photometric gradient and would keep its
+  // opacity; under the regularizer it fades until densification prunes it. 0: none (INRIA).
+  double opacity_reg = 0;
   int64_t tile_size = kernels::kDefaultTileSize;
   TileCostKind tile_cost = TileCostKind::Intersections;
   // Migrate Gaussians when max/mean over ranks of the owned count exceeds this (checked every

@@ -190,6 +190,9 @@ class GaussianTrainer {
   int64_t largest_view_pixels() const;
 
  private:
+  // Adds gaussians.opacity_reg's gradient to the owned rows' opacity logits (collective: the
+  // global count). Nothing when the weight is 0.
+  void add_opacity_regularizer(double loss_scale);
   // run.deterministic on the CPU: torch's ops on one thread while alive (framework/
   // thread_invariance.h: the loss's SSIM on a large image, for one, splits over threads); empty
   // elsewhere.

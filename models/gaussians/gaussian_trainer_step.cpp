@@ -10,6 +10,7 @@
 #include "framework/autocast.h"
 #include "framework/fused_adam.h"
 #include "framework/data/lens.h"
+#include "kernels/pointwise.h"
 #include "models/gaussians/gaussian_render.h"
 #include "models/gaussians/gaussian_trainer.h"
 
@@ -136,9 +137,23 @@ GaussianStepResult GaussianTrainer::forward_backward(int64_t t, double loss_scal
       phases_.lap("stats");
     }
   }
+  add_opacity_regularizer(loss_scale);
   result.loss = loss_sum / static_cast<double>(b_count);
   result.phases = phases_.times();
   return result;
+}
+
+// gaussians.opacity_reg: the gradient of w x mean over all N Gaussians of sigmoid(logit), added
+// to each owned row's (w / N) sigmoid' (logit): elementwise, so the same at any world size.
+void GaussianTrainer::add_opacity_regularizer(double loss_scale) {
+  if (options_.opacity_reg <= 0) return;
+  const double n = static_cast<double>(std::max<int64_t>(global_count(), 1));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor o = kernels::pointwise::sigmoid(params_.opacity_logits.detach());
+  const torch::Tensor g = o * (1 - o) * (options_.opacity_reg * loss_scale / n);
+  torch::Tensor& grad = params_.opacity_logits.mutable_grad();
+  grad = grad.defined() ? grad + g : g;
+  phases_.lap("loss");
 }
 
 std::vector<torch::Tensor> GaussianTrainer::gradients() const {
