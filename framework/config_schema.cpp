@@ -132,7 +132,7 @@ const std::vector<KeySpec>& framework_keys() {
           .doc("Model to train, by its family's name (docs/architecture.md): one of the models that read the family sections below, whose keys are there; a key the model does not read is refused. An unknown name is refused with the list of known ones."),
       key("train", "steps", [](auto& c) -> auto& { return c.train.steps; })
           .defaults_to(30000).range(1, kMaxSteps)
-          .doc("Optimizer steps; the step-valued schedule keys of the model's section (e.g. a densification schedule) are written for this count and scale with the steps a budget chooses (train.epochs, train.time_budget_minutes; docs/training_loop.md, \"Budgets\")."),
+          .doc("Optimizer steps; the schedule points of the model's section (e.g. when densification starts and ends) are written for this count and scale with the steps a budget chooses (train.epochs, train.time_budget_minutes); periods (e.g. densify_every, opacity_reset_every) do not (docs/training_loop.md, \"Budgets\")."),
       key("train", "epochs", [](auto& c) -> auto& { return c.train.epochs; })
           .defaults_to(0.0).range(0.0, 1e6)
           .doc("When > 0, train.steps is replaced by this many passes over the training data: ceil(epochs x epoch / batch), with the epoch and the batch in the family's work units (e.g. the train views' pixels and the rays per step, or the train shapes and the batch; each family's doc says its own), so that a capture of 300 views trains longer than one of 50. The progress line says the plan. 0 = train.steps."),
