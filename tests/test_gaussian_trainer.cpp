@@ -196,7 +196,8 @@ TEST_F(GaussianTrainerTest, OpacityRegularizerAddsItsGradientAtAnyWorldSize) {
   gs::GaussianTrainer plain(self, *scene_, options());
   const gs::GaussianStepResult with = trainer.forward_backward(0);
   const gs::GaussianStepResult without = plain.forward_backward(0);
-  EXPECT_NEAR(with.loss, without.loss, kTolerance * without.loss) << "the reported loss is photometric";
+  EXPECT_NEAR(with.loss, without.loss, kTolerance * without.loss)
+      << "the reported loss is photometric";
   const auto got = trainer.canonical_grads(), want = plain.canonical_grads();
   const torch::Tensor o = torch::sigmoid(plain.canonical_params().opacity_logits);
   const double n = static_cast<double>(plain.local_count());

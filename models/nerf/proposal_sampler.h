@@ -52,9 +52,10 @@ class ProposalSampler {
 
   // Samples along rays in marching space: origins, unit directions [R, 3], each ray's span
   // [t_near, t_far] [R] (t_far >= t_near; an empty span's samples have no length and no
-  // weight). `to_unit` maps marching-space points [M, 3] to the hash grids' [0, 1]^3. `uniforms` [R, 3] jitters the three draws (training: nerfacto's single
-  // jitter per ray and draw); undefined, the samples are the draws' centres (eval). `step` anneals
-  // the proposal weights (nerfacto's: w^a, a from 0 to 1 over the first kAnnealSteps steps).
+  // weight). `to_unit` maps marching-space points [M, 3] to the hash grids' [0, 1]^3.
+  // `uniforms` [R, 3] jitters the three draws (training: nerfacto's single jitter per ray and
+  // draw); undefined, the samples are the draws' centres (eval). `step` anneals the proposal
+  // weights (nerfacto's: w^a, a from 0 to 1 over the first kAnnealSteps steps).
   ProposalSamples sample(const torch::Tensor& origins, const torch::Tensor& directions,
                          const torch::Tensor& t_near, const torch::Tensor& t_far,
                          const std::function<torch::Tensor(const torch::Tensor&)>& to_unit,
